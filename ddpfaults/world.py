@@ -1,0 +1,426 @@
+"""The launcher: start N rank processes, watch them, judge the world, leave nothing behind."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from . import errors
+from .faults import check_faults
+from .rank import RankConfig, main as rank_main
+from .results import Collective, RankResult, RankState, WorldResult
+from .verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
+
+BACKENDS = ("gloo",)
+START_METHODS = ("forkserver", "spawn", "fork")
+PEER_FAILURES = ("exit", "linger")
+POLL = 0.02  # seconds between looks at the ranks
+BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
+PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
+OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
+_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "ddpfaults.rank"]
+
+
+def run_world(
+    fn,
+    *,
+    world_size: int,
+    faults=(),
+    args=(),
+    timeout: float = 60.0,
+    stall: float = 2.0,
+    seed: int = 0,
+    backend: str = "gloo",
+    peer_failure: str = "exit",
+    start_method: str = "forkserver",
+    threads: int = 1,
+) -> WorldResult:
+    """Run ``fn(ctx, *args)`` in ``world_size`` real rank processes and judge the world.
+
+    ``timeout`` is the hard wall-clock cap; ``stall`` the window without progress after
+    which a world whose live ranks all wait on their peers is judged hung.
+    ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see "Connection
+    closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
+    """
+    _validate(world_size, timeout, stall, backend, peer_failure, start_method, seed, threads)
+    faults = check_faults(faults, world_size)
+    payload = _pickle_payload(fn, args)
+    world = _World(fn, payload, faults, world_size=world_size, timeout=float(timeout), stall=float(stall),
+                   seed=seed, backend=backend, peer_failure=peer_failure, start_method=start_method, threads=threads)
+    return world.run()
+
+
+def _validate(world_size, timeout, stall, backend, peer_failure, start_method, seed, threads) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise errors.InvalidWorldSize(f"world_size must be an int >= 1, got {world_size!r}")
+    for name, value in (("timeout", timeout), ("stall", stall)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+            raise errors.InvalidTimeout(f"{name} must be a positive number of seconds, got {value!r}")
+    if stall >= timeout:
+        raise errors.InvalidTimeout(f"stall ({stall!r} s) must be shorter than timeout ({timeout!r} s)")
+    if backend not in BACKENDS:
+        raise errors.UnknownBackend(f"backend {backend!r} is not supported here; use one of {BACKENDS}")
+    if peer_failure not in PEER_FAILURES:
+        raise errors.UnknownPeerFailure(f"peer_failure must be one of {PEER_FAILURES}, got {peer_failure!r}")
+    if start_method not in START_METHODS:
+        raise errors.UnknownStartMethod(f"start_method must be one of {START_METHODS}, got {start_method!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise errors.ConfigError(f"seed must be an int, got {seed!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise errors.ConfigError(f"threads must be an int >= 1, got {threads!r}")
+
+
+def _pickle_payload(fn, args) -> bytes:
+    if not callable(fn):
+        raise errors.FunctionNotRunnable(f"fn must be a callable, got {fn!r}")
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise errors.FunctionNotRunnable(
+            f"fn {qualname!r} cannot run in a rank process: a lambda or a function defined inside another "
+            f"function cannot be pickled by reference; define it at module level"
+        )
+    try:
+        return pickle.dumps((fn, tuple(args)))
+    except Exception as exc:
+        raise errors.FunctionNotRunnable(
+            f"fn {qualname!r} or its args cannot be pickled for the rank processes: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def describe_function(fn) -> str:
+    """``path/to/file.py:name`` (or ``module:name``) for reports and replay commands."""
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    path = getattr(module, "__file__", None)
+    name = getattr(fn, "__qualname__", repr(fn))
+    if path:
+        rel = os.path.relpath(path)
+        return f"{path if rel.startswith('..') else rel}:{name}"
+    return f"{getattr(fn, '__module__', '?')}:{name}"
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User+system CPU seconds of a process from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _main_thread(dump: str) -> str:
+    """The rank's main thread out of a faulthandler dump of all threads."""
+    blocks = [b.strip() for b in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump) if b.strip()]
+    main = next((b for b in blocks if "ddpfaults/rank.py" in b and " in _run" in b), None)
+    if main is None:
+        return blocks[-1] if blocks else dump.strip()
+    lines = main.splitlines()
+    end = next((i for i, line in enumerate(lines) if "ddpfaults/rank.py" in line and " in main" in line), len(lines))
+    return "\n".join(lines[: end + 1])
+
+
+class _RankWatch:
+    """The launcher's running view of one rank, built from its event file."""
+
+    def __init__(self, rank: int, world_dir: str):
+        self.rank = rank
+        self.path = os.path.join(world_dir, f"rank{rank}.events")
+        self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
+        self.offset = 0
+        self.pending = b""
+        self.events: list[dict] = []
+        self.collectives: list[Collective] = []
+        self.open: dict[int, Collective] = {}
+        self.fired: list[str] = []
+        self.step = None
+        self.ended = None  # "finished" / "failed"
+        self.last_progress = time.monotonic()
+        self.cpu_at_progress = None
+        self.exit_time = None
+        self.stack = None
+        self.where = None
+
+    def read(self, pid: int | None) -> bool:
+        """Consume new events; True if there were any."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        if not data:
+            return False
+        self.offset += len(data)
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        import json
+
+        for line in lines:
+            self._apply(json.loads(line))
+        if lines:
+            self.last_progress = time.monotonic()
+            self.cpu_at_progress = _cpu_seconds(pid) if pid else None
+        return bool(lines)
+
+    def _apply(self, event: dict) -> None:
+        self.events.append(event)
+        kind = event["k"]
+        if kind == "step":
+            self.step = event["step"]
+        elif kind == "enter":
+            call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"])
+            if call.op != "init_process_group":
+                self.collectives.append(call)
+            self.open[call.seq] = call
+        elif kind == "exit":
+            call = self.open.pop(event["seq"], None)
+            if call is not None:
+                call.done = True
+        elif kind == "fault":
+            step = f" at step {event['step']}" if event.get("step") is not None else ""
+            self.fired.append(f"{event['fault']} fired on rank {self.rank}{step} ({event['how']})")
+        elif kind in ("finished", "failed"):
+            self.ended = kind
+
+    def waiting_in(self) -> Collective | None:
+        """The innermost collective this rank entered and has not left."""
+        return self.open[max(self.open)] if self.open else None
+
+
+class _World:
+    """One run of a world: owns its processes and its temp dir for the duration of ``run``."""
+
+    def __init__(self, fn, payload, faults, **settings):
+        self.fn = fn
+        self.payload = payload
+        self.faults = faults
+        self.s = settings
+        self.n = settings["world_size"]
+        self.procs: list = []
+        self.watches: list[_RankWatch] = []
+        self.dir = None
+
+    # -- life cycle ---------------------------------------------------------------------
+    def run(self) -> WorldResult:
+        """Start, watch, judge; always kill every rank and remove the temp dir."""
+        self.dir = tempfile.mkdtemp(prefix="ddpfaults-")
+        try:
+            self.t0 = time.monotonic()
+            self._start()
+            reason = self._watch()
+            return self._judge(reason)
+        finally:
+            self._kill_all()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _context(self):
+        ctx = multiprocessing.get_context(self.s["start_method"])
+        if self.s["start_method"] == "forkserver":
+            ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+        return ctx
+
+    def _start(self) -> None:
+        ctx = self._context()
+        shared = os.path.join(self.dir, "shared")
+        os.mkdir(shared)
+        fn_module = getattr(self.fn, "__module__", "__main__")
+        fn_file = getattr(sys.modules.get(fn_module), "__file__", None)
+        for r in range(self.n):
+            config = RankConfig(
+                rank=r, world_size=self.n, world_dir=self.dir, shared_dir=shared, seed=self.s["seed"],
+                backend=self.s["backend"], pg_timeout=self.s["timeout"] + 30.0, peer_failure=self.s["peer_failure"],
+                threads=self.s["threads"], payload=self.payload, fn_module=fn_module, fn_file=fn_file,
+                faults=self.faults, env=dict(os.environ),
+            )
+            self.watches.append(_RankWatch(r, self.dir))
+            proc = ctx.Process(target=rank_main, args=(config,), name=f"ddpfaults-rank{r}", daemon=False)
+            proc.start()
+            self.procs.append(proc)
+
+    def _kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.pid is None:
+                continue
+            for target in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+                try:
+                    target()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.procs:
+            proc.join(timeout=10)
+
+    # -- watching -----------------------------------------------------------------------
+    def _watch(self) -> str:
+        """Return why watching stopped: 'ended' (no rank left running), 'stall' or 'timeout'."""
+        sentinels = {p.sentinel: i for i, p in enumerate(self.procs)}
+        last_assessed = 0.0
+        while True:
+            ready = multiprocessing.connection.wait(list(sentinels), timeout=POLL)
+            now = time.monotonic()
+            for s in ready:
+                i = sentinels.pop(s)
+                self.procs[i].join(timeout=1)
+                self.watches[i].exit_time = now
+                self.watches[i].last_progress = now
+            for w, p in zip(self.watches, self.procs):
+                w.read(p.pid if p.exitcode is None else None)
+            if all(w.ended or p.exitcode is not None for w, p in zip(self.watches, self.procs)):
+                return "ended"
+            if now - self.t0 >= self.s["timeout"]:
+                self._collect_stacks(self._live())
+                return "timeout"
+            quiet = now - max(w.last_progress for w in self.watches)
+            if quiet >= self.s["stall"] and now - last_assessed >= min(self.s["stall"] / 4, 0.5):
+                last_assessed = now
+                if self._recent_death(now) is False and self._all_blocked(now):
+                    return "stall"
+
+    def _live(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs) if p.exitcode is None]
+
+    def _recent_death(self, now: float) -> bool:
+        """In exit mode, gloo needs a moment to tell the peers of a dead rank; don't call that a hang yet."""
+        if self.s["peer_failure"] != "exit":
+            return False
+        deaths = [w.exit_time for w in self.watches if w.exit_time is not None]
+        return bool(deaths) and now - max(deaths) < PEER_EXIT_GRACE
+
+    def _all_blocked(self, now: float) -> bool:
+        """True if every live rank is waiting on its peers (or done and waiting for the verdict)."""
+        unsure = []
+        for i in self._live():
+            w = self.watches[i]
+            if w.ended or w.waiting_in() is not None:
+                continue
+            cpu = _cpu_seconds(self.procs[i].pid)
+            if cpu is not None and w.cpu_at_progress is not None:
+                if (cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU:
+                    return False  # computing: slow, not hung
+            unsure.append(i)
+        if unsure:
+            self._collect_stacks(unsure)
+            if not all(is_waiting_stack(self.watches[i].stack) for i in unsure):
+                return False
+        self._collect_stacks(self._live())
+        return True
+
+    def _collect_stacks(self, indices: list[int], wait: float = 1.0) -> None:
+        """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""
+        sizes = {}
+        for i in indices:
+            w = self.watches[i]
+            sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
+            try:
+                os.kill(self.procs[i].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        pending, seen = set(indices), {}
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+            for i in list(pending):
+                size = os.path.getsize(self.watches[i].stack_path) if os.path.exists(self.watches[i].stack_path) else 0
+                if size > sizes[i] and seen.get(i) == size:  # written, and unchanged for one poll
+                    with open(self.watches[i].stack_path) as f:
+                        f.seek(sizes[i])
+                        self.watches[i].stack = _main_thread(f.read())
+                    pending.discard(i)
+                seen[i] = size
+
+    # -- judging ------------------------------------------------------------------------
+    def _rank_result(self, i: int, reason: str) -> RankResult:
+        w, proc = self.watches[i], self.procs[i]
+        result_path = os.path.join(self.dir, f"rank{i}.result")
+        reported = None
+        if os.path.exists(result_path):
+            with open(result_path, "rb") as f:
+                reported = pickle.load(f)
+        output = _tail(os.path.join(self.dir, f"rank{i}.out"), OUTPUT_TAIL)
+        res = RankResult(rank=i, state=RankState.RUNNING, last_step=w.step, collectives=w.collectives,
+                         fired=w.fired, output=output, exitcode=proc.exitcode, stack=None,
+                         events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events])
+        if reported is not None and reported["error"] is None:
+            res.state = RankState.FINISHED
+            res.value = pickle.loads(reported["value"])
+        elif reported is not None:
+            res.state = RankState.RAISED
+            res.error, res.traceback, res.site = reported["error"], reported["traceback"], reported["site"]
+            failed = [e["t"] for e in w.events if e["k"] == "failed"]
+            res.failed_at = (failed[0] - self.t0) if failed else None
+        elif proc.exitcode is not None:
+            res.state = RankState.DIED
+            res.error = _death_text(proc.exitcode, output)
+            res.failed_at = (w.exit_time - self.t0) if w.exit_time else None
+        else:
+            waiting = w.waiting_in()
+            if waiting is not None:
+                res.state, res.where = RankState.BLOCKED, f"in {waiting.describe()}"
+            elif is_waiting_stack(w.stack):
+                res.state = RankState.BLOCKED
+                res.where = f"untraced wait: {_frame_text(w.stack)}"
+            else:
+                res.where = _frame_text(w.stack)
+            res.stack = w.stack
+        if res.state in (RankState.FINISHED, RankState.RAISED) and proc.exitcode is None:
+            res.where = "finished; waiting for the verdict" if res.state == RankState.FINISHED else "raised; lingering"
+        return res
+
+    def _judge(self, reason: str) -> WorldResult:
+        ranks = [self._rank_result(i, reason) for i in range(self.n)]
+        mark_collateral(ranks)
+        divergence = first_divergence(ranks)
+        root_rank, cause = root_cause(ranks, divergence, reason)
+        fired = [f for w in self.watches for f in w.fired]
+        return WorldResult(
+            outcome=world_outcome(ranks, reason), ranks=ranks, root_cause=cause, root_rank=root_rank,
+            reason=_REASONS[reason].format(**self.s), elapsed=time.monotonic() - self.t0, world_size=self.n,
+            seed=self.s["seed"], backend=self.s["backend"], peer_failure=self.s["peer_failure"],
+            start_method=self.s["start_method"], stall=self.s["stall"], timeout=self.s["timeout"],
+            divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],
+            fired=fired, function=describe_function(self.fn),
+        )
+
+
+_REASONS = {
+    "ended": "every rank finished or failed",
+    "stall": "no progress for {stall:g} s and every live rank waiting on its peers",
+    "timeout": "hard timeout of {timeout:g} s reached",
+}
+
+
+def _frame_text(stack: str | None) -> str:
+    from .verdict import innermost_frame
+
+    frame = innermost_frame(stack)
+    return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
+
+
+def _death_text(exitcode: int | None, output: str) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        text = f"was killed by {name}"
+    else:
+        text = f"exited with code {exitcode} without reporting"
+    hint = [line for line in output.splitlines() if "mismatch" in line or "Error" in line or "error" in line]
+    return f"{text}: {hint[-1].strip()[:300]}" if hint else text
+
+
+def _tail(path: str, lines: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
