@@ -60,7 +60,8 @@ def make_scene(
 
     Points are clustered around one random centre per segment; every segment has at least one
     point and every instance at least one segment. ``num_instances=None`` draws 1 to 4 instances;
-    ``num_instances=0`` gives an empty target (see the module docstring for the schema).
+    ``num_instances=0`` gives an empty target (see the module docstring for the schema) with the
+    same points and ``point2segment`` as the real scene.
     Same ``(seed, index)`` and sizes give identical tensors.
     """
     if not 1 <= num_segments <= num_points:
@@ -68,11 +69,12 @@ def make_scene(
     if num_instances is not None and not 0 <= num_instances <= num_segments:
         raise ValueError(f"need 0 <= num_instances <= num_segments, got {num_instances=} {num_segments=}")
     g = _generator("scene", seed, index)
-    k = num_instances if num_instances is not None else int(torch.randint(1, min(4, num_segments) + 1, (), generator=g))
-
+    # points first and k always drawn, so an empty scene has the same points as the real one
     point2segment = (torch.arange(num_points) % num_segments)[torch.randperm(num_points, generator=g)]
     centres = torch.randn(num_segments, feat_dim, generator=g) * 2.0
     points = centres[point2segment] + 0.1 * torch.randn(num_points, feat_dim, generator=g)
+    drawn = int(torch.randint(1, min(4, num_segments) + 1, (), generator=g))
+    k = drawn if num_instances is None else num_instances
 
     # instance of each segment (-1: background); the first k segments of a permutation seed the k instances
     seg_inst = torch.randint(-1, max(k, 1), (num_segments,), generator=g) if k else torch.full((num_segments,), -1)

@@ -90,7 +90,8 @@ class SetCriterion:
             rows, cols = [], []
             for _ in range(min(cost.shape)):
                 q, k = divmod(int(cost.argmin()), cost.shape[1])
-                rows.append(q), cols.append(k)
+                rows.append(q)
+                cols.append(k)
                 cost[q, :], cost[:, k] = float("inf"), float("inf")
             indices.append((torch.tensor(rows, dtype=torch.int64), torch.tensor(cols, dtype=torch.int64)))
         return indices

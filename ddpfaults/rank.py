@@ -19,6 +19,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
 import sys
 import threading
@@ -44,6 +45,12 @@ TRACED_COLLECTIVES = (
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+#: frames in these files are machinery, never the call site a report should name
+_MACHINERY = (_TORCH_DIR, os.path.join(_PACKAGE_DIR, "rank.py"), os.path.join(_PACKAGE_DIR, "faults.py"))
+
+
+def _is_machinery(path: str) -> bool:
+    return path.startswith(_MACHINERY) or path.startswith("<")
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ def _call_site() -> str:
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not (path.startswith(_TORCH_DIR) or path.startswith(_PACKAGE_DIR) or path.startswith("<")):
+        if not _is_machinery(path):
             return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return "?"
@@ -164,9 +171,9 @@ class RankContext:
         self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)
 
     # -- collectives ----------------------------------------------------------------------
-    def _enter(self, op: str, shapes: list, site: str) -> int:
+    def _enter(self, op: str, shapes: list, site: str, note: str = "") -> int:
         self._seq += 1
-        self._events.emit("enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step)
+        self._events.emit("enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note)
         return self._seq
 
     def _exit(self, seq: int) -> None:
@@ -213,7 +220,7 @@ class RankContext:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
-        seq = self._enter(f"ddp.allreduce(bucket {bucket.index()})", [list(buffer.shape)], _call_site())
+        seq = self._enter("all_reduce", [list(buffer.shape)], _call_site(), note=f"DDP gradient bucket {bucket.index()}")
         original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
         future = original(buffer, group=group, async_op=True).get_future()
 
@@ -231,7 +238,7 @@ def _error_text(exc: BaseException) -> str:
 def _error_site(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
-        if not (frame.filename.startswith(_PACKAGE_DIR) or frame.filename.startswith(_TORCH_DIR)):
+        if not _is_machinery(frame.filename):
             return f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
     return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
 
@@ -243,7 +250,7 @@ def _write_result(config: RankConfig, result: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _watch_launcher() -> None:
+def _watch_launcher(world_dir: str) -> None:
     """Kill this rank's whole process group (with its DataLoader workers) when the launcher dies.
 
     The parent sentinel is a pipe end that becomes readable when the launcher exits (for
@@ -261,6 +268,7 @@ def _watch_launcher() -> None:
 
     def watch():
         multiprocessing.connection.wait([parent.sentinel])
+        shutil.rmtree(world_dir, ignore_errors=True)  # the launcher died and cannot clean up
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="ddpfaults-launcher-watch", daemon=True).start()
@@ -307,7 +315,7 @@ def main(config: RankConfig) -> None:
             os.close(fd)
         except OSError:
             pass
-    _watch_launcher()
+    _watch_launcher(config.world_dir)
     _redirect_output(config)
     os.environ.clear()
     os.environ.update(config.env)

@@ -50,17 +50,19 @@ class Collective:
     shapes: list
     site: str
     step: int | None
+    note: str = ""  # e.g. "DDP gradient bucket 0"
     done: bool = False
 
     def describe(self) -> str:
         """``all_reduce([1]) at criterion.py:42 in loss (step 3)``."""
         shapes = ", ".join(str(s) for s in self.shapes)
+        note = f" [{self.note}]" if self.note else ""
         step = f" (step {self.step})" if self.step is not None else ""
-        return f"{self.op}({shapes}) at {self.site}{step}"
+        return f"{self.op}({shapes}){note} at {self.site}{step}"
 
     def signature(self) -> tuple:
         """What must agree across ranks for the call to match."""
-        return (self.op, json.dumps(self.shapes), self.site, self.step)
+        return (self.op, json.dumps(self.shapes), self.note, self.site, self.step)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class RankResult:
 
     rank: int
     state: RankState
+    pid: int | None = None
     value: Any = None
     error: str | None = None
     traceback: str | None = None

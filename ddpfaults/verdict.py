@@ -97,17 +97,24 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
         for rank in ranks:
             if i < len(rank.collectives):
                 call: Collective = rank.collectives[i]
-                key, text = call.signature(), f"called {call.describe()}"
+                key, text, step = call.signature(), f"called {call.describe()}", call.step
             elif rank in live:
-                key, text = ("absent", str(rank.state)), _absent(rank)
+                key, text, step = ("absent", str(rank.state)), _absent(rank), None
             else:
                 continue
-            groups.setdefault(key, [text, []])[1].append(rank.rank)
+            groups.setdefault(key, [text, [], step])[1].append(rank.rank)
         if len(groups) > 1:
             ordered = sorted(groups.values(), key=lambda g: (-len(g[1]), g[1][0]))
-            odd = min(ordered, key=lambda g: (len(g[1]), -g[1][0]))[1]
-            return Divergence(i + 1, tuple((tuple(r), t) for t, r in ordered), tuple(odd))
+            odd = min(ordered, key=_oddness)[1]
+            return Divergence(i + 1, tuple((tuple(r), t) for t, r, _ in ordered), tuple(odd))
     return None
+
+
+def _oddness(group) -> tuple:
+    """Sort key for 'the ranks at fault': the smallest group; on a tie the one at a later step
+    (it skipped ahead), then the lowest rank."""
+    _, ranks, step = group
+    return (len(ranks), -(step if step is not None else -1), ranks[0])
 
 
 def _failure_text(rank: RankResult) -> str:
@@ -121,20 +128,21 @@ def _failure_text(rank: RankResult) -> str:
 def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: str) -> tuple[int | None, str]:
     """Name the rank at fault and what it did.
 
-    Order: the earliest failure that is not collateral; else the odd rank of the first
-    divergent collective; else the earliest collateral failure; else where the ranks stood.
+    Order: the earliest failure that is not collateral; else (at the timeout) the ranks
+    still running outside any collective; else the odd rank of the first divergent collective; else the earliest collateral failure; else where the ranks stood.
     """
     failed = [r for r in ranks if r.state in (RankState.RAISED, RankState.DIED)]
     failed.sort(key=lambda r: (r.failed_at if r.failed_at is not None else float("inf"), r.rank))
     primary = [r for r in failed if not r.collateral]
     if primary:
-        return primary[0].rank, _failure_text(primary[0])
-    if divergence is not None:
-        odd = divergence.odd_ranks
-        return odd[0], f"{format_ranks(odd)} diverged at {divergence.describe()}"
-    if failed:
-        first = failed[0]
-        return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"
+        first = primary[0]
+        if first.state == RankState.DIED and "mismatch" in (first.error or "") and divergence is not None:
+            odd = divergence.odd_ranks  # gloo aborts the *receiver*; the rank at fault is the one that diverged
+            return odd[0], (
+                f"{format_ranks(odd)} diverged at {divergence.describe()}; gloo detected the collective "
+                f"mismatch and rank {first.rank} {first.error}"
+            )
+        return first.rank, _failure_text(first)
     if reason == "timeout":
         running = [r for r in ranks if r.state == RankState.RUNNING]
         if running:
@@ -143,6 +151,12 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
                 f"{format_ranks([r.rank for r in running])} still running outside any collective "
                 f"at the timeout (rank {running[0].rank} at {where})"
             )
+    if divergence is not None:
+        odd = divergence.odd_ranks
+        return odd[0], f"{format_ranks(odd)} diverged at {divergence.describe()}"
+    if failed:
+        first = failed[0]
+        return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"
     blocked = [r for r in ranks if r.state == RankState.BLOCKED]
     if blocked:
         return None, f"{format_ranks([r.rank for r in blocked])} blocked with no divergent collective recorded"

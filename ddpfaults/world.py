@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from . import errors
+from . import census, errors
 from .faults import check_faults
 from .rank import RankConfig, main as rank_main
 from .results import Collective, RankResult, RankState, WorldResult
@@ -176,7 +176,7 @@ class _RankWatch:
         if kind == "step":
             self.step = event["step"]
         elif kind == "enter":
-            call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"])
+            call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"], event.get("note", ""))
             if call.op != "init_process_group":
                 self.collectives.append(call)
             self.open[call.seq] = call
@@ -212,6 +212,7 @@ class _World:
     def run(self) -> WorldResult:
         """Start, watch, judge; always kill every rank and remove the temp dir."""
         self.dir = tempfile.mkdtemp(prefix="ddpfaults-")
+        previous = _raise_on_sigterm()
         try:
             self.t0 = time.monotonic()
             self._start()
@@ -220,6 +221,8 @@ class _World:
         finally:
             self._kill_all()
             shutil.rmtree(self.dir, ignore_errors=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     def _context(self):
         ctx = multiprocessing.get_context(self.s["start_method"])
@@ -243,19 +246,28 @@ class _World:
             self.watches.append(_RankWatch(r, self.dir))
             proc = ctx.Process(target=rank_main, args=(config,), name=f"ddpfaults-rank{r}", daemon=False)
             proc.start()
+            census.LAUNCHED.append(proc.pid)
             self.procs.append(proc)
 
     def _kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.pid is None:
-                continue
-            for target in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+        """SIGKILL every rank's process group; return only when none of their processes is left."""
+        pids = [p.pid for p in self.procs if p.pid is not None]
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
                 try:
-                    target()
+                    kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
         for proc in self.procs:
             proc.join(timeout=10)
+        deadline = time.monotonic() + 5
+        while census.survivors(pids) and time.monotonic() < deadline:
+            for pid, _ in census.survivors(pids):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
 
     # -- watching -----------------------------------------------------------------------
     def _watch(self) -> str:
@@ -344,7 +356,7 @@ class _World:
             with open(result_path, "rb") as f:
                 reported = pickle.load(f)
         output = _tail(os.path.join(self.dir, f"rank{i}.out"), OUTPUT_TAIL)
-        res = RankResult(rank=i, state=RankState.RUNNING, last_step=w.step, collectives=w.collectives,
+        res = RankResult(rank=i, state=RankState.RUNNING, pid=proc.pid, last_step=w.step, collectives=w.collectives,
                          fired=w.fired, output=output, exitcode=proc.exitcode, stack=None,
                          events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events])
         if reported is not None and reported["error"] is None:
@@ -358,6 +370,9 @@ class _World:
         elif proc.exitcode is not None:
             res.state = RankState.DIED
             res.error = _death_text(proc.exitcode, output)
+            if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
+                res.stack = _main_thread(output.split("Fatal Python error", 1)[1])
+                res.where = f"died in {_frame_text(res.stack)}"
             res.failed_at = (w.exit_time - self.t0) if w.exit_time else None
         else:
             waiting = w.waiting_in()
@@ -370,7 +385,8 @@ class _World:
                 res.where = _frame_text(w.stack)
             res.stack = w.stack
         if res.state in (RankState.FINISHED, RankState.RAISED) and proc.exitcode is None:
-            res.where = "finished; waiting for the verdict" if res.state == RankState.FINISHED else "raised; lingering"
+            lingering = "raised; lingering" if self.s["peer_failure"] == "linger" else "raised; exiting"
+            res.where = "finished; waiting for the verdict" if res.state == RankState.FINISHED else lingering
         return res
 
     def _judge(self, reason: str) -> WorldResult:
@@ -389,6 +405,25 @@ class _World:
         )
 
 
+def _raise_on_sigterm():
+    """While a world runs, turn a default-handled SIGTERM into SystemExit so cleanup runs.
+
+    Returns the handler to restore, or None when nothing was changed (not the main
+    thread, or the application handles SIGTERM itself).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, terminate)
+
+
 _REASONS = {
     "ended": "every rank finished or failed",
     "stall": "no progress for {stall:g} s and every live rank waiting on its peers",
@@ -403,7 +438,11 @@ def _frame_text(stack: str | None) -> str:
     return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
 
 
+_DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
+
+
 def _death_text(exitcode: int | None, output: str) -> str:
+    """``was killed by SIGABRT: <the most telling line it printed>``."""
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -412,8 +451,12 @@ def _death_text(exitcode: int | None, output: str) -> str:
         text = f"was killed by {name}"
     else:
         text = f"exited with code {exitcode} without reporting"
-    hint = [line for line in output.splitlines() if "mismatch" in line or "Error" in line or "error" in line]
-    return f"{text}: {hint[-1].strip()[:300]}" if hint else text
+    lines = [line.strip() for line in output.splitlines() if not line.strip().startswith(("File ", "Fatal Python"))]
+    for hint in _DEATH_HINTS:
+        found = [line for line in lines if hint.search(line)]
+        if found:
+            return f"{text}: {found[-1][:300]}"
+    return text
 
 
 def _tail(path: str, lines: int) -> str:

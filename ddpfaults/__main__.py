@@ -1,0 +1,96 @@
+"""Command line: ``python -m ddpfaults {demo,run} ...``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+
+from . import faults as faults_module
+from .errors import DDPFaultsError
+from .world import run_world
+
+
+def _load_function(spec: str):
+    """``path/to/file.py:name`` or ``package.module:name`` → the function."""
+    target, _, name = spec.rpartition(":")
+    if not target or not name:
+        raise DDPFaultsError(f"function {spec!r}: expected FILE.py:NAME or MODULE:NAME")
+    if target.endswith(".py"):
+        if not os.path.exists(target):
+            raise DDPFaultsError(f"function {spec!r}: file {target!r} not found")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+        module_name = os.path.splitext(os.path.basename(target))[0]
+        module = importlib.import_module(module_name)
+    else:
+        module = importlib.import_module(target)
+    fn = module
+    for part in name.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise DDPFaultsError(f"function {spec!r}: {module.__name__} has no attribute {name!r}")
+    return fn
+
+
+def _parse_faults(text: str | None) -> list:
+    if not text:
+        return []
+    try:
+        plan = eval(text, {k: v for k, v in vars(faults_module).items() if not k.startswith("_")})  # noqa: S307
+    except Exception as exc:
+        raise DDPFaultsError(f"--faults {text!r}: not a list of faults ({type(exc).__name__}: {exc})") from None
+    return list(plan) if isinstance(plan, (list, tuple)) else [plan]
+
+
+def _world_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--stall", type=float, default=2.0)
+    parser.add_argument("--peer-failure", choices=("exit", "linger"), default="exit")
+    parser.add_argument("--start-method", choices=("forkserver", "spawn", "fork"), default="forkserver")
+    parser.add_argument("--json", metavar="PATH", help="also write the world result as JSON to PATH")
+
+
+def _run_and_report(fn, args, faults, expect: str | None) -> int:
+    result = run_world(fn, world_size=args.world_size, faults=faults, seed=args.seed, timeout=args.timeout,
+                       stall=args.stall, peer_failure=args.peer_failure, start_method=args.start_method)
+    print(result.report())
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(result.to_json(indent=2))
+    if expect is None:
+        return 0 if result.outcome == "completed" else 1
+    matched = result.outcome == expect
+    print(f"\nexpected {expect}, observed {result.outcome}: {'OK' if matched else 'MISMATCH'}")
+    return 0 if matched else 1
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m ddpfaults", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a 4-rank DDP world where rank 2 skips the last logging all_reduce; expect hung")
+    _world_args(demo)
+    run = sub.add_parser("run", help="run (or replay) a rank function: FILE.py:NAME or MODULE:NAME")
+    run.add_argument("function")
+    run.add_argument("--faults", help="a Python list of faults, e.g. '[RankCrash(rank=1, step=2)]'")
+    run.add_argument("--expect", choices=("completed", "hung", "crashed"))
+    _world_args(run)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import train
+
+            plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
+            return _run_and_report(train, args, plan, expect="hung")
+        return _run_and_report(_load_function(args.function), args, _parse_faults(args.faults), args.expect)
+    except DDPFaultsError as exc:
+        print(f"ddpfaults: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

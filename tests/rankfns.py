@@ -1,0 +1,64 @@
+"""Module-level rank functions shared by the engine tests (they must be importable in the ranks)."""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def all_reduce_steps(ctx, steps=4):
+    """All-reduce a ones tensor once per step; return the final value."""
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t)
+    return float(t)
+
+
+def share_a_file(ctx):
+    """Rank 0 writes into shared_dir; after a barrier every rank reads it back."""
+    path = os.path.join(ctx.shared_dir, "note.txt")
+    if ctx.rank == 0:
+        with open(path, "w") as f:
+            f.write("from rank 0")
+    dist.barrier()
+    with open(path) as f:
+        return f.read(), ctx.shared_dir, ctx.world_size, ctx.seed
+
+
+def sleep_outside_collective(ctx, seconds):
+    """Rank 0 sleeps (idle, outside any collective) while the others wait in all_reduce."""
+    ctx.step(0)
+    if ctx.rank == 0:
+        time.sleep(seconds)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return float(t)
+
+
+def mismatched_sizes(ctx):
+    """Rank 0 all-reduces 1000 elements, the others 1: gloo aborts a receiver on the size mismatch."""
+    ctx.step(0)
+    dist.all_reduce(torch.ones(1000 if ctx.rank == 0 else 1))
+
+
+def returns_unpicklable(ctx):
+    """Return a value that cannot be pickled (a generator)."""
+    return (i for i in range(3))
+
+
+def record_pids(ctx, directory, workers=2, hang=True):
+    """Start DataLoader workers, write this rank's, its parent's and its workers' pids, then hang (rank 0 skips)."""
+    loader = torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=workers, persistent_workers=True)
+    iterator = iter(loader)
+    next(iterator)
+    pids = [os.getpid(), os.getppid()] + [w.pid for w in iterator._workers]
+    with open(os.path.join(directory, f"rank{ctx.rank}.pids.tmp"), "w") as f:
+        f.write(" ".join(map(str, pids)))
+    os.replace(os.path.join(directory, f"rank{ctx.rank}.pids.tmp"), os.path.join(directory, f"rank{ctx.rank}.pids"))
+    ctx.step(0)
+    if hang and ctx.rank == 0:
+        return "skipped"
+    dist.all_reduce(torch.ones(1))
+    return "done"
