@@ -48,15 +48,24 @@ def returns_unpicklable(ctx):
     return (i for i in range(3))
 
 
+_KEEP_ALIVE = []
+
+
 def record_pids(ctx, directory, workers=2, hang=True):
-    """Start DataLoader workers, write this rank's, its parent's and its workers' pids, then hang (rank 0 skips)."""
+    """Start DataLoader workers and write rank{r}.json (pid, parent pid, worker pids, shared_dir), then
+    hang if asked (rank 0 skips the all_reduce the others wait in)."""
+    import json
+
     loader = torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=workers, persistent_workers=True)
     iterator = iter(loader)
     next(iterator)
-    pids = [os.getpid(), os.getppid()] + [w.pid for w in iterator._workers]
-    with open(os.path.join(directory, f"rank{ctx.rank}.pids.tmp"), "w") as f:
-        f.write(" ".join(map(str, pids)))
-    os.replace(os.path.join(directory, f"rank{ctx.rank}.pids.tmp"), os.path.join(directory, f"rank{ctx.rank}.pids"))
+    _KEEP_ALIVE.append(iterator)  # the workers outlive fn's return, as a leaked loader's would
+    info = {"pid": os.getpid(), "ppid": os.getppid(), "workers": [w.pid for w in iterator._workers],
+            "shared_dir": ctx.shared_dir}
+    path = os.path.join(directory, f"rank{ctx.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(path + ".tmp", path)
     ctx.step(0)
     if hang and ctx.rank == 0:
         return "skipped"

@@ -1,11 +1,13 @@
 """Real gloo worlds: verdicts, root causes, stacks, latency, and cleanup."""
 
+import json
 import os
 import sys
 
 import pytest
 
 import rankfns
+from processes import alive
 from ddpfaults import Outcome, RankState, census, errors, run_world
 from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 
@@ -146,17 +148,10 @@ def test_other_start_methods(method):
 def test_dataloader_workers_die_with_the_hung_world(tmp_path):
     result = run_world(rankfns.record_pids, world_size=2, args=(str(tmp_path),), stall=0.5)
     assert result.outcome == Outcome.HUNG
-    pids = [int(p) for r in range(2) for i, p in enumerate((tmp_path / f"rank{r}.pids").read_text().split()) if i != 1]
+    infos = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    pids = [i["pid"] for i in infos] + [w for i in infos for w in i["workers"]]
     assert len(pids) == 6
-    assert census.survivors(pids) == [] and all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    assert alive(pids) == []
 
 
 @pytest.mark.parametrize(
