@@ -11,6 +11,7 @@ data faults (``EmptyBatch``...) are asked for by scenario code through
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Iterable
 
@@ -21,7 +22,10 @@ def _as_tuple(name: str, value, owner: str) -> tuple[int, ...] | None:
     """Normalise an int / iterable of ints / None into a sorted tuple, validating each item."""
     if value is None:
         return None
-    items = (value,) if isinstance(value, int) else tuple(value)
+    try:
+        items = (value,) if isinstance(value, int) else tuple(value)
+    except TypeError:
+        items = (value,)
     for item in items:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
             raise FaultError(f"{owner}: {name} must be a non-negative int or a list of them, got {value!r}")
@@ -137,8 +141,8 @@ class Straggler(Fault):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise FaultError(f"Straggler: seconds must be a positive number, got {seconds!r}")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+            raise FaultError(f"Straggler: seconds must be a positive finite number, got {seconds!r}")
         self.seconds = float(seconds)
 
     def on_step(self, ctx) -> None:

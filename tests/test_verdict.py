@@ -423,3 +423,26 @@ def test_world_outcome_ended_with_a_failure_is_crashed(state):
 def test_world_outcome_stopped_world_is_hung(reason, states):
     ranks = [rank(i, s) for i, s in enumerate(states)]
     assert world_outcome(ranks, reason) is Outcome.HUNG
+
+
+def test_timeout_running_rank_is_named_even_with_a_divergence():
+    # a straggler still computing at the timeout looks "absent" from the collective its peers wait in
+    ranks = [rank(0, RankState.RUNNING, seq_of([0]), where="train.py:12 in slow_step")]
+    ranks += [rank(r, RankState.BLOCKED, seq_of([0, 1])) for r in (1, 2)]
+    d = first_divergence(ranks)
+    assert d is not None
+    root, text = root_cause(ranks, d, "timeout")
+    assert root == 0 and "train.py:12 in slow_step" in text
+
+
+def test_gloo_mismatch_abort_blames_the_diverging_rank_not_the_aborted_receiver():
+    ranks = [rank(r, RankState.BLOCKED, seq_of([0, 1])) for r in (0, 2)]
+    ranks.insert(1, rank(1, RankState.BLOCKED, seq_of([0, 2])))
+    ranks.append(rank(3, RankState.DIED, seq_of([0, 1]), failed_at=1.0,
+                      error="was killed by SIGABRT: op.preamble.length <= op.nbytes. size mismatch"))
+    mark_collateral(ranks)
+    d = first_divergence(ranks)
+    assert d is not None and d.odd_ranks == (1,)
+    root, text = root_cause(ranks, d, "ended")
+    assert root == 1
+    assert d.describe() in text and "rank 3" in text
