@@ -66,7 +66,7 @@ class RankConfig:
     pg_timeout: float
     peer_failure: str
     threads: int
-    payload: bytes  # pickle of (fn, args): unpickled only after tracing is installed
+    payload: bytes  # pickle of (fn, args, kwargs): unpickled only after tracing is installed
     fn_module: str
     fn_file: str | None
     faults: tuple = ()
@@ -286,7 +286,7 @@ def _redirect_output(config: RankConfig) -> None:
 
 
 def _load_payload(config: RankConfig):
-    """Unpickle (fn, args); falls back to importing fn's module from its file if its name is not importable."""
+    """Unpickle (fn, args, kwargs); falls back to importing fn's module from its file if its name is not importable."""
     try:
         return pickle.loads(config.payload)
     except ModuleNotFoundError as exc:
@@ -333,7 +333,7 @@ def _run(config: RankConfig) -> None:
     ctx.install_tracing()
     result = {"value": None, "error": None, "traceback": None, "site": None}
     try:
-        fn, args = _load_payload(config)
+        fn, args, kwargs = _load_payload(config)
         seq = ctx._enter("init_process_group", [], "ddpfaults")
         store = dist.FileStore(os.path.join(config.world_dir, "store"), config.world_size)
         dist.init_process_group(
@@ -341,7 +341,7 @@ def _run(config: RankConfig) -> None:
             timeout=timedelta(seconds=config.pg_timeout),
         )
         ctx._exit(seq)
-        value = fn(ctx, *args)
+        value = fn(ctx, *args, **kwargs)
         try:
             result["value"] = pickle.dumps(value)
         except Exception as exc:

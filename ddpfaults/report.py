@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from .results import RankResult, RankState, WorldResult
+from .verdict import format_ranks
 
 
 _GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
@@ -49,6 +50,16 @@ def _shell_quote(text: str) -> str:
     return shlex.quote(text)
 
 
+def _grouped_stacks(ranks: list[RankResult]) -> list[tuple[list[int], str, str]]:
+    """Stacks of blocked/running/died ranks, identical ones (thread ids aside) shown once for all."""
+    groups: dict = {}
+    for r in ranks:
+        if r.stack and r.state in (RankState.BLOCKED, RankState.RUNNING, RankState.DIED):
+            body = "\n".join(line for line in r.stack.splitlines() if "thread 0x" not in line.lower())
+            groups.setdefault((str(r.state), body), []).append(r.rank)
+    return [(members, state, body) for (state, body), members in groups.items()]
+
+
 def render_world(world: WorldResult, *, output_lines: int = 15) -> str:
     """Verdict, root cause, first divergence, per-rank table, faults, replay, then stacks and outputs."""
     out = [
@@ -66,9 +77,8 @@ def render_world(world: WorldResult, *, output_lines: int = 15) -> str:
             out.append(f"  - {fired}")
     if world.outcome != "completed":
         out.append(f"replay: {replay_line(world)}")
-    for r in world.ranks:
-        if r.stack and r.state in (RankState.BLOCKED, RankState.RUNNING):
-            out += ["", f"--- rank {r.rank} stack ({r.state}) ---", r.stack]
+    for ranks, state, stack in _grouped_stacks(world.ranks):
+        out += ["", f"--- {format_ranks(ranks)} stack ({state}) ---", stack]
     for r in world.ranks:
         if r.traceback and not r.collateral:
             out += ["", f"--- rank {r.rank} traceback ---", r.traceback.rstrip()]

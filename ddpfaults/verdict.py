@@ -62,6 +62,18 @@ class Divergence:
         parts = [f"{format_ranks(ranks)} {text}" for ranks, text in self.groups]
         return f"collective #{self.index}: " + "; ".join(parts)
 
+    def blame(self) -> str:
+        """One sentence naming the odd rank(s) and what they did instead (for the root cause)."""
+        odd_text = next(text for ranks, text in self.groups if ranks == self.odd_ranks)
+        others = [(ranks, text) for ranks, text in self.groups if ranks != self.odd_ranks]
+        main_ranks, main_text = others[0]
+        odd = format_ranks(self.odd_ranks)
+        if odd_text.startswith("never called it") and main_text.startswith("called "):
+            why = odd_text[len("never called it "):]
+            return (f"{odd} never called collective #{self.index}, {main_text[len('called '):]} {why}; "
+                    f"{format_ranks(main_ranks)} called it")
+        return f"{odd} {odd_text} as collective #{self.index}, where {format_ranks(main_ranks)} {main_text}"
+
 
 def format_ranks(ranks) -> str:
     """``rank 2`` / ``ranks 0, 1, 3`` / ``ranks 0-3``."""
@@ -152,8 +164,7 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
                 f"at the timeout (rank {running[0].rank} at {where})"
             )
     if divergence is not None:
-        odd = divergence.odd_ranks
-        return odd[0], f"{format_ranks(odd)} diverged at {divergence.describe()}"
+        return divergence.odd_ranks[0], divergence.blame()
     if failed:
         first = failed[0]
         return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -12,6 +13,7 @@ import signal
 import sys
 import tempfile
 import time
+import types
 
 from . import census, errors
 from .faults import check_faults
@@ -35,6 +37,7 @@ def run_world(
     world_size: int,
     faults=(),
     args=(),
+    kwargs=None,
     timeout: float = 60.0,
     stall: float = 2.0,
     seed: int = 0,
@@ -43,7 +46,7 @@ def run_world(
     start_method: str = "forkserver",
     threads: int = 1,
 ) -> WorldResult:
-    """Run ``fn(ctx, *args)`` in ``world_size`` real rank processes and judge the world.
+    """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
     ``timeout`` is the hard wall-clock cap; ``stall`` the window without progress after
     which a world whose live ranks all wait on their peers is judged hung.
@@ -52,7 +55,7 @@ def run_world(
     """
     _validate(world_size, timeout, stall, backend, peer_failure, start_method, seed, threads)
     faults = check_faults(faults, world_size)
-    payload = _pickle_payload(fn, args)
+    payload = _pickle_payload(fn, args, kwargs or {})
     world = _World(fn, payload, faults, world_size=world_size, timeout=float(timeout), stall=float(stall),
                    seed=seed, backend=backend, peer_failure=peer_failure, start_method=start_method, threads=threads)
     return world.run()
@@ -78,7 +81,7 @@ def _validate(world_size, timeout, stall, backend, peer_failure, start_method, s
         raise errors.ConfigError(f"threads must be an int >= 1, got {threads!r}")
 
 
-def _pickle_payload(fn, args) -> bytes:
+def _pickle_payload(fn, args, kwargs) -> bytes:
     if not callable(fn):
         raise errors.FunctionNotRunnable(f"fn must be a callable, got {fn!r}")
     qualname = getattr(fn, "__qualname__", repr(fn))
@@ -88,7 +91,7 @@ def _pickle_payload(fn, args) -> bytes:
             f"function cannot be pickled by reference; define it at module level"
         )
     try:
-        return pickle.dumps((fn, tuple(args)))
+        return pickle.dumps((fn, tuple(args), dict(kwargs)))
     except Exception as exc:
         raise errors.FunctionNotRunnable(
             f"fn {qualname!r} or its args cannot be pickled for the rank processes: {type(exc).__name__}: {exc}"
@@ -245,7 +248,8 @@ class _World:
             )
             self.watches.append(_RankWatch(r, self.dir))
             proc = ctx.Process(target=rank_main, args=(config,), name=f"ddpfaults-rank{r}", daemon=False)
-            proc.start()
+            with _main_hidden(fn_module != "__main__"):
+                proc.start()
             census.LAUNCHED.append(proc.pid)
             self.procs.append(proc)
 
@@ -403,6 +407,25 @@ class _World:
             divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],
             fired=fired, function=describe_function(self.fn),
         )
+
+
+@contextlib.contextmanager
+def _main_hidden(hide: bool):
+    """Start ranks without multiprocessing re-running the launcher's ``__main__`` script in them.
+
+    spawn/forkserver children re-execute the main script (as ``__mp_main__``) so that objects
+    defined there unpickle; ranks only need that when ``fn`` itself lives in ``__main__``.
+    Otherwise it costs time and breaks for ``python -`` or unguarded scripts.
+    """
+    if not hide:
+        yield
+        return
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved
 
 
 def _raise_on_sigterm():

@@ -360,8 +360,17 @@ def test_no_failure_and_a_divergence_names_the_odd_rank():
     d = first_divergence(ranks)
     root, text = root_cause(ranks, d, "stall")
     assert root == 3
-    assert text.startswith("rank 3 diverged at collective #2: ")
-    assert d.describe() in text
+    assert text.startswith("rank 3 called all_reduce([4]) at train.py:31 in train_step (step 2) as collective #2, ")
+    assert text.endswith("where ranks 0-2 called all_reduce([4]) at train.py:31 in train_step (step 1)")
+
+
+def test_a_rank_that_finished_without_a_collective_is_blamed_for_never_calling_it():
+    ranks = [rank(r, RankState.BLOCKED, seq_of([0, 1])) for r in range(3)]
+    ranks.append(rank(3, RankState.FINISHED, seq_of([0])))
+    root, text = root_cause(ranks, first_divergence(ranks), "stall")
+    assert root == 3
+    assert text.startswith("rank 3 never called collective #2, all_reduce([4]) at train.py:31")
+    assert text.endswith("(finished); ranks 0-2 called it")
 
 
 def test_all_failures_collateral_names_the_earliest_as_a_hang_symptom():

@@ -1,0 +1,20 @@
+"""Rank functions used by the benchmarks (module level, so they pickle by reference)."""
+
+import torch
+import torch.distributed as dist
+
+
+def one_all_reduce(ctx):
+    """Init (done by the engine) + one all_reduce."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return float(t)
+
+
+def steps_of_all_reduce(ctx, steps=4):
+    """One all_reduce per step."""
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t)
+    return float(t)
