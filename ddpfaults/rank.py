@@ -43,6 +43,9 @@ TRACED_COLLECTIVES = (
     "monitored_barrier", "send", "recv",
 )
 
+#: blocking torch.distributed.Store methods traced as waits on peers
+TRACED_STORE_WAITS = ("wait", "get")
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 #: frames in these files are machinery, never the call site a report should name
@@ -209,6 +212,29 @@ class RankContext:
             setattr(c10d, name, traced)
             if getattr(dist, name, None) is original:
                 setattr(dist, name, traced)
+        for name in TRACED_STORE_WAITS:
+            original = getattr(dist.Store, name)
+            if not hasattr(original, "__ddpfaults_original__"):  # fork start: already wrapped in the parent
+                setattr(dist.Store, name, self._trace_store(name, original))
+
+    def _trace_store(self, name: str, original):
+        """Record blocking store reads as waits (not collectives): a rank stuck there waits on a peer."""
+
+        @functools.wraps(original)
+        def traced(store, *args, **kwargs):
+            if getattr(self._local, "inside", False):
+                return original(store, *args, **kwargs)
+            keys = args[0] if args else kwargs.get("keys", kwargs.get("key"))
+            seq = self._enter(f"store.{name}", [], _call_site(), note=f"keys {keys!r}"[:200])
+            self._local.inside = True
+            try:
+                return original(store, *args, **kwargs)
+            finally:
+                self._local.inside = False
+                self._exit(seq)
+
+        traced.__ddpfaults_original__ = original
+        return traced
 
     def ddp(self, model: torch.nn.Module, **kwargs) -> torch.nn.parallel.DistributedDataParallel:
         """Wrap ``model`` in DDP with a tracing communication hook (records each gradient bucket's all_reduce)."""

@@ -135,6 +135,7 @@ class WorldResult:
     fired: list[str] = field(default_factory=list)
     function: str = ""
     replay: str | None = None
+    events: list[dict] = field(default_factory=list)  # launcher-side: stall began, verdict (t since start)
 
     @property
     def values(self) -> list:

@@ -168,9 +168,17 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
     if failed:
         first = failed[0]
         return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"
-    blocked = [r for r in ranks if r.state == RankState.BLOCKED]
+    blocked = [r.rank for r in ranks if r.state == RankState.BLOCKED]
+    finished = [r.rank for r in ranks if r.state == RankState.FINISHED]
     if blocked:
-        return None, f"{format_ranks([r.rank for r in blocked])} blocked with no divergent collective recorded"
+        where = ranks[blocked[0]].where or "an untraced wait"
+        if not finished:
+            return None, f"{format_ranks(blocked)} blocked ({where}) with no divergent collective recorded"
+        at_fault = finished if len(finished) < len(blocked) else blocked
+        return at_fault[0], (
+            f"{format_ranks(blocked)} blocked ({where}) while {format_ranks(finished)} finished without joining; "
+            f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
+        )
     return None, "no failure"
 
 

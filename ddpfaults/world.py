@@ -180,8 +180,8 @@ class _RankWatch:
             self.step = event["step"]
         elif kind == "enter":
             call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"], event.get("note", ""))
-            if call.op != "init_process_group":
-                self.collectives.append(call)
+            if call.op != "init_process_group" and not call.op.startswith("store."):
+                self.collectives.append(call)  # waits that are not collectives are still "open" below
             self.open[call.seq] = call
         elif kind == "exit":
             call = self.open.pop(event["seq"], None)
@@ -220,7 +220,12 @@ class _World:
             self.t0 = time.monotonic()
             self._start()
             reason = self._watch()
-            return self._judge(reason)
+            result = self._judge(reason)
+            alive = self._live()
+            self._kill_all()
+            for i in alive:
+                result.ranks[i].events.append({"k": "killed", "t": round(time.monotonic() - self.t0, 6)})
+            return result
         finally:
             self._kill_all()
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -286,6 +291,7 @@ class _World:
                 self.procs[i].join(timeout=1)
                 self.watches[i].exit_time = now
                 self.watches[i].last_progress = now
+                self.watches[i].events.append({"k": "exited", "t": now, "code": self.procs[i].exitcode})
             for w, p in zip(self.watches, self.procs):
                 w.read(p.pid if p.exitcode is None else None)
             if all(w.ended or p.exitcode is not None for w, p in zip(self.watches, self.procs)):
@@ -399,9 +405,14 @@ class _World:
         divergence = first_divergence(ranks)
         root_rank, cause = root_cause(ranks, divergence, reason)
         fired = [f for w in self.watches for f in w.fired]
+        elapsed = time.monotonic() - self.t0
+        events = [{"k": "verdict", "t": round(elapsed, 6), "reason": reason}]
+        if reason == "stall":
+            last = max(w.last_progress for w in self.watches) - self.t0
+            events.insert(0, {"k": "stall", "t": round(last, 6), "window": self.s["stall"]})
         return WorldResult(
             outcome=world_outcome(ranks, reason), ranks=ranks, root_cause=cause, root_rank=root_rank,
-            reason=_REASONS[reason].format(**self.s), elapsed=time.monotonic() - self.t0, world_size=self.n,
+            reason=_REASONS[reason].format(**self.s), elapsed=elapsed, world_size=self.n, events=events,
             seed=self.s["seed"], backend=self.s["backend"], peer_failure=self.s["peer_failure"],
             start_method=self.s["start_method"], stall=self.s["stall"], timeout=self.s["timeout"],
             divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],

@@ -405,6 +405,14 @@ def test_blocked_ranks_without_divergence_have_no_root_rank():
     assert "ranks 0-2" in text and "blocked" in text
 
 
+def test_ranks_that_finished_while_the_majority_blocks_in_an_untraced_wait_are_named():
+    ranks = [rank(r, RankState.BLOCKED, where="untraced wait: graph.py, line 979 in _engine_run_backward") for r in range(3)]
+    ranks.append(rank(3, RankState.FINISHED))
+    root, text = root_cause(ranks, first_divergence(ranks), "stall")
+    assert root == 3
+    assert text.startswith("ranks 0-2 blocked (untraced wait: graph.py") and "while rank 3 finished without joining" in text
+
+
 def test_completed_world_has_no_root_cause():
     ranks = [rank(r, RankState.FINISHED, seq_of([0, 1])) for r in range(2)]
     assert root_cause(ranks, first_divergence(ranks), "ended") == (None, "no failure")
