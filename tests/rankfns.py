@@ -71,3 +71,30 @@ def record_pids(ctx, directory, workers=2, hang=True):
         return "skipped"
     dist.all_reduce(torch.ones(1))
     return "done"
+
+
+def skip_backward(ctx, wrap="plain"):
+    """Rank 1 skips backward() at step 2 (`continue`), with a plain DDP model or ctx.ddp."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 1)
+    model = ctx.ddp(module) if wrap == "ctx" else DistributedDataParallel(module)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        ctx.step(step)
+        loss = model(torch.randn(2, 4)).sum()
+        if ctx.rank == 1 and step == 2:
+            continue
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return "ok"
+
+
+def store_wait(ctx):
+    """Rank 0 waits on a store key nobody sets."""
+    ctx.step(0)
+    if ctx.rank == 0:
+        dist.distributed_c10d._get_default_store().wait(["never-set"])
+    return "ok"

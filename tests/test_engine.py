@@ -198,3 +198,25 @@ def test_result_round_trips_through_json():
     assert again.outcome == result.outcome and again.root_cause == result.root_cause
     assert [r.state for r in again.ranks] == [r.state for r in result.ranks]
     assert again.ranks[0].collectives == result.ranks[0].collectives
+
+
+def test_untraced_ddp_reduction_is_found_from_the_stack():
+    result = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "plain"}, stall=1.0, timeout=30)
+    assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress")
+    assert result.ranks[1].state == RankState.FINISHED
+    for r in (result.ranks[0], result.ranks[2], result.ranks[3]):
+        assert r.state == RankState.BLOCKED and r.where.startswith("untraced wait:") and "backward" in r.where
+    assert result.root_rank == 1 and "rank 1 finished without joining" in result.root_cause
+
+
+def test_traced_ddp_reduction_names_the_diverging_rank():
+    result = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "ctx"}, stall=1.0, timeout=30)
+    assert result.outcome == Outcome.HUNG
+    assert result.root_rank == 1
+    assert "[DDP gradient bucket 0]" in result.divergence
+
+
+def test_store_wait_counts_as_waiting_on_peers():
+    result = run_world(rankfns.store_wait, world_size=2, stall=1.0, timeout=30)
+    assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress")
+    assert result.ranks[0].where.startswith("in store.wait() [keys ['never-set']]")
