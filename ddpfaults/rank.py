@@ -327,6 +327,17 @@ def _load_payload(config: RankConfig):
     return pickle.loads(config.payload)
 
 
+def _seed_everything(seed: int) -> None:
+    """Seed Python's, torch's and (if loaded) numpy's global RNGs alike on every rank."""
+    import random
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
 def _linger() -> None:
     """Keep the process (and its sockets) alive until the launcher kills it."""
     while True:
@@ -355,6 +366,7 @@ def _run(config: RankConfig) -> None:
     events = EventLog(os.path.join(config.world_dir, f"rank{config.rank}.events"))
     events.emit("start", pid=os.getpid())
     torch.set_num_threads(config.threads)
+    _seed_everything(config.seed)
     ctx = RankContext(config, events)
     ctx.install_tracing()
     result = {"value": None, "error": None, "traceback": None, "site": None}

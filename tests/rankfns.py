@@ -98,3 +98,10 @@ def store_wait(ctx):
     if ctx.rank == 0:
         dist.distributed_c10d._get_default_store().wait(["never-set"])
     return "ok"
+
+
+def draw_random(ctx):
+    """Return draws from the global RNGs the engine seeded."""
+    import random
+
+    return (random.random(), torch.rand(1).item())

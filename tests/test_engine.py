@@ -220,3 +220,15 @@ def test_store_wait_counts_as_waiting_on_peers():
     result = run_world(rankfns.store_wait, world_size=2, stall=1.0, timeout=30)
     assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress")
     assert result.ranks[0].where.startswith("in store.wait() [keys ['never-set']]")
+
+
+def test_same_seed_same_draws_and_verdict():
+    first = run_world(rankfns.draw_random, world_size=2, seed=3)
+    again = run_world(rankfns.draw_random, world_size=2, seed=3)
+    other = run_world(rankfns.draw_random, world_size=2, seed=4)
+    assert first.values == again.values and first.values[0] == first.values[1]
+    assert other.values != first.values
+    crash = [RankCrash(rank=1, step=1)]
+    verdicts = {(r.outcome, r.root_rank, r.root_cause) for r in
+                (run_world(rankfns.all_reduce_steps, world_size=3, faults=crash, seed=5) for _ in range(2))}
+    assert len(verdicts) == 1
