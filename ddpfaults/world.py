@@ -18,8 +18,9 @@ import types
 from . import census, errors
 from .faults import check_faults
 from .rank import RankConfig, main as rank_main
-from .results import Collective, RankResult, RankState, WorldResult
-from .verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
+from .results import RankResult, RankState, WorldResult
+from .verdict import first_divergence, innermost_frame, is_waiting_stack, mark_collateral, root_cause, world_outcome
+from .watch import RankWatch, cpu_seconds, main_thread
 
 BACKENDS = ("gloo",)
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -109,95 +110,6 @@ def describe_function(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}:{name}"
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User+system CPU seconds of a process from /proc (None if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _main_thread(dump: str) -> str:
-    """The rank's main thread out of a faulthandler dump of all threads."""
-    blocks = [b.strip() for b in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump) if b.strip()]
-    main = next((b for b in blocks if "ddpfaults/rank.py" in b and " in _run" in b), None)
-    if main is None:
-        return blocks[-1] if blocks else dump.strip()
-    lines = main.splitlines()
-    end = next((i for i, line in enumerate(lines) if "ddpfaults/rank.py" in line and " in main" in line), len(lines))
-    return "\n".join(lines[: end + 1])
-
-
-class _RankWatch:
-    """The launcher's running view of one rank, built from its event file."""
-
-    def __init__(self, rank: int, world_dir: str):
-        self.rank = rank
-        self.path = os.path.join(world_dir, f"rank{rank}.events")
-        self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
-        self.offset = 0
-        self.pending = b""
-        self.events: list[dict] = []
-        self.collectives: list[Collective] = []
-        self.open: dict[int, Collective] = {}
-        self.fired: list[str] = []
-        self.step = None
-        self.ended = None  # "finished" / "failed"
-        self.last_progress = time.monotonic()
-        self.cpu_at_progress = None
-        self.exit_time = None
-        self.stack = None
-        self.where = None
-
-    def read(self, pid: int | None) -> bool:
-        """Consume new events; True if there were any."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return False
-        if not data:
-            return False
-        self.offset += len(data)
-        lines = (self.pending + data).split(b"\n")
-        self.pending = lines.pop()
-        import json
-
-        for line in lines:
-            self._apply(json.loads(line))
-        if lines:
-            self.last_progress = time.monotonic()
-            self.cpu_at_progress = _cpu_seconds(pid) if pid else None
-        return bool(lines)
-
-    def _apply(self, event: dict) -> None:
-        self.events.append(event)
-        kind = event["k"]
-        if kind == "step":
-            self.step = event["step"]
-        elif kind == "enter":
-            call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"], event.get("note", ""))
-            if call.op != "init_process_group" and not call.op.startswith("store."):
-                self.collectives.append(call)  # waits that are not collectives are still "open" below
-            self.open[call.seq] = call
-        elif kind == "exit":
-            call = self.open.pop(event["seq"], None)
-            if call is not None:
-                call.done = True
-        elif kind == "fault":
-            step = f" at step {event['step']}" if event.get("step") is not None else ""
-            self.fired.append(f"{event['fault']} fired on rank {self.rank}{step} ({event['how']})")
-        elif kind in ("finished", "failed"):
-            self.ended = kind
-
-    def waiting_in(self) -> Collective | None:
-        """The innermost collective this rank entered and has not left."""
-        return self.open[max(self.open)] if self.open else None
-
-
 class _World:
     """One run of a world: owns its processes and its temp dir for the duration of ``run``."""
 
@@ -208,7 +120,7 @@ class _World:
         self.s = settings
         self.n = settings["world_size"]
         self.procs: list = []
-        self.watches: list[_RankWatch] = []
+        self.watches: list[RankWatch] = []
         self.dir = None
 
     # -- life cycle ---------------------------------------------------------------------
@@ -251,7 +163,7 @@ class _World:
                 threads=self.s["threads"], payload=self.payload, fn_module=fn_module, fn_file=fn_file,
                 faults=self.faults, env=dict(os.environ),
             )
-            self.watches.append(_RankWatch(r, self.dir))
+            self.watches.append(RankWatch(r, self.dir))
             proc = ctx.Process(target=rank_main, args=(config,), name=f"ddpfaults-rank{r}", daemon=False)
             with _main_hidden(fn_module != "__main__"):
                 proc.start()
@@ -322,7 +234,7 @@ class _World:
             w = self.watches[i]
             if w.ended or w.waiting_in() is not None:
                 continue
-            cpu = _cpu_seconds(self.procs[i].pid)
+            cpu = cpu_seconds(self.procs[i].pid)
             if cpu is not None and w.cpu_at_progress is not None:
                 if (cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU:
                     return False  # computing: slow, not hung
@@ -353,7 +265,7 @@ class _World:
                 if size > sizes[i] and seen.get(i) == size:  # written, and unchanged for one poll
                     with open(self.watches[i].stack_path) as f:
                         f.seek(sizes[i])
-                        self.watches[i].stack = _main_thread(f.read())
+                        self.watches[i].stack = main_thread(f.read())
                     pending.discard(i)
                 seen[i] = size
 
@@ -381,7 +293,7 @@ class _World:
             res.state = RankState.DIED
             res.error = _death_text(proc.exitcode, output)
             if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
-                res.stack = _main_thread(output.split("Fatal Python error", 1)[1])
+                res.stack = main_thread(output.split("Fatal Python error", 1)[1])
                 res.where = f"died in {_frame_text(res.stack)}"
             res.failed_at = (w.exit_time - self.t0) if w.exit_time else None
         else:
@@ -466,8 +378,6 @@ _REASONS = {
 
 
 def _frame_text(stack: str | None) -> str:
-    from .verdict import innermost_frame
-
     frame = innermost_frame(stack)
     return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
 

@@ -1,0 +1,97 @@
+"""The launcher's view of a running rank: its event file, CPU time and Python stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from .results import Collective
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User+system CPU seconds of a process from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def main_thread(dump: str) -> str:
+    """The rank's main thread out of a faulthandler dump of all threads."""
+    blocks = [b.strip() for b in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump) if b.strip()]
+    main = next((b for b in blocks if "ddpfaults/rank.py" in b and " in _run" in b), None)
+    if main is None:
+        return blocks[-1] if blocks else dump.strip()
+    lines = main.splitlines()
+    end = next((i for i, line in enumerate(lines) if "ddpfaults/rank.py" in line and " in main" in line), len(lines))
+    return "\n".join(lines[: end + 1])
+
+
+class RankWatch:
+    """The launcher's running view of one rank, built from its event file."""
+
+    def __init__(self, rank: int, world_dir: str):
+        self.rank = rank
+        self.path = os.path.join(world_dir, f"rank{rank}.events")
+        self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
+        self.offset = 0
+        self.pending = b""
+        self.events: list[dict] = []
+        self.collectives: list[Collective] = []
+        self.open: dict[int, Collective] = {}
+        self.fired: list[str] = []
+        self.step = None
+        self.ended = None  # "finished" / "failed"
+        self.last_progress = time.monotonic()
+        self.cpu_at_progress = None
+        self.exit_time = None
+        self.stack = None
+
+    def read(self, pid: int | None) -> bool:
+        """Consume new events; True if there were any."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        if not data:
+            return False
+        self.offset += len(data)
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()
+        for line in lines:
+            self._apply(json.loads(line))
+        if lines:
+            self.last_progress = time.monotonic()
+            self.cpu_at_progress = cpu_seconds(pid) if pid else None
+        return bool(lines)
+
+    def _apply(self, event: dict) -> None:
+        self.events.append(event)
+        kind = event["k"]
+        if kind == "step":
+            self.step = event["step"]
+        elif kind == "enter":
+            call = Collective(event["seq"], event["op"], event["shapes"], event["site"], event["step"],
+                              event.get("note", ""))
+            if call.op != "init_process_group" and not call.op.startswith("store."):
+                self.collectives.append(call)  # waits that are not collectives are still "open" below
+            self.open[call.seq] = call
+        elif kind == "exit":
+            call = self.open.pop(event["seq"], None)
+            if call is not None:
+                call.done = True
+        elif kind == "fault":
+            step = f" at step {event['step']}" if event.get("step") is not None else ""
+            self.fired.append(f"{event['fault']} fired on rank {self.rank}{step} ({event['how']})")
+        elif kind in ("finished", "failed"):
+            self.ended = kind
+
+    def waiting_in(self) -> Collective | None:
+        """The innermost collective this rank entered and has not left."""
+        return self.open[max(self.open)] if self.open else None
