@@ -6,6 +6,8 @@ import os
 
 #: pid of every rank process started by this launcher process (each is also its process group id)
 LAUNCHED: list[int] = []
+#: ranks deliberately kept alive in a warm world (see ddpfaults.pool); not counted as survivors
+POOLED: set[int] = set()
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -29,9 +31,10 @@ def _cmdline(pid: int) -> str:
 def survivors(pids=None) -> list[tuple[int, str]]:
     """Live (non-zombie) processes that are one of ``pids`` or in a process group led by one of them.
 
-    ``pids`` defaults to every rank this process ever launched. Returns (pid, command line) pairs.
+    ``pids`` defaults to every rank this process ever launched, less the warm ones kept in the
+    pool. Returns (pid, command line) pairs.
     """
-    groups = set(LAUNCHED if pids is None else pids)
+    groups = set(LAUNCHED) - POOLED if pids is None else set(pids)
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -136,6 +136,8 @@ class WorldResult:
     function: str = ""
     replay: str | None = None
     events: list[dict] = field(default_factory=list)  # launcher-side: stall began, verdict (t since start)
+    warm: bool = False  # ran on a warm (reused) world
+    reused: bool = False  # went back to the pool for the next run
 
     @property
     def values(self) -> list:

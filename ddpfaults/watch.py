@@ -38,7 +38,7 @@ class RankWatch:
         self.rank = rank
         self.path = os.path.join(world_dir, f"rank{rank}.events")
         self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
-        self.offset = 0
+        self.fd = None
         self.pending = b""
         self.events: list[dict] = []
         self.collectives: list[Collective] = []
@@ -46,6 +46,7 @@ class RankWatch:
         self.fired: list[str] = []
         self.step = None
         self.ended = None  # "finished" / "failed"
+        self.leftovers = None  # state the job left behind in this rank (reported with "finished")
         self.last_progress = time.monotonic()
         self.cpu_at_progress = None
         self.exit_time = None
@@ -53,16 +54,17 @@ class RankWatch:
 
     def read(self, pid: int | None) -> bool:
         """Consume new events; True if there were any."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        chunks = []
+        while chunk := os.read(self.fd, 1 << 16):
+            chunks.append(chunk)
+        if not chunks:
             return False
-        if not data:
-            return False
-        self.offset += len(data)
-        lines = (self.pending + data).split(b"\n")
+        lines = (self.pending + b"".join(chunks)).split(b"\n")
         self.pending = lines.pop()
         for line in lines:
             self._apply(json.loads(line))
@@ -70,6 +72,12 @@ class RankWatch:
             self.last_progress = time.monotonic()
             self.cpu_at_progress = cpu_seconds(pid) if pid else None
         return bool(lines)
+
+    def close(self) -> None:
+        """Release the event file."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def _apply(self, event: dict) -> None:
         self.events.append(event)
@@ -91,6 +99,7 @@ class RankWatch:
             self.fired.append(f"{event['fault']} fired on rank {self.rank}{step} ({event['how']})")
         elif kind in ("finished", "failed"):
             self.ended = kind
+            self.leftovers = event.get("leftovers")
 
     def waiting_in(self) -> Collective | None:
         """The innermost collective this rank entered and has not left."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import os
@@ -13,11 +12,10 @@ import signal
 import sys
 import tempfile
 import time
-import types
 
-from . import census, errors
+from . import errors, pool
 from .faults import check_faults
-from .rank import RankConfig, main as rank_main
+from .rank import Job
 from .results import RankResult, RankState, WorldResult
 from .verdict import first_divergence, innermost_frame, is_waiting_stack, mark_collateral, root_cause, world_outcome
 from .watch import RankWatch, cpu_seconds, main_thread
@@ -25,11 +23,10 @@ from .watch import RankWatch, cpu_seconds, main_thread
 BACKENDS = ("gloo",)
 START_METHODS = ("forkserver", "spawn", "fork")
 PEER_FAILURES = ("exit", "linger")
-POLL = 0.02  # seconds between looks at the ranks
+POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
 BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
-_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "ddpfaults.rank"]
 
 
 def run_world(
@@ -46,6 +43,7 @@ def run_world(
     peer_failure: str = "exit",
     start_method: str = "forkserver",
     threads: int = 1,
+    reuse: bool | None = None,
 ) -> WorldResult:
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
@@ -53,12 +51,17 @@ def run_world(
     which a world whose live ranks all wait on their peers is judged hung.
     ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see "Connection
     closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
+    ``reuse`` runs on a warm world of the same shape if one is pooled, and pools this one
+    if it stays healthy (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``).
     """
     _validate(world_size, timeout, stall, backend, peer_failure, start_method, seed, threads)
     faults = check_faults(faults, world_size)
     payload = _pickle_payload(fn, args, kwargs or {})
+    if reuse is None:
+        reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
     world = _World(fn, payload, faults, world_size=world_size, timeout=float(timeout), stall=float(stall),
-                   seed=seed, backend=backend, peer_failure=peer_failure, start_method=start_method, threads=threads)
+                   seed=seed, backend=backend, peer_failure=peer_failure, start_method=start_method, threads=threads,
+                   reuse=bool(reuse))
     return world.run()
 
 
@@ -111,7 +114,7 @@ def describe_function(fn) -> str:
 
 
 class _World:
-    """One run of a world: owns its processes and its temp dir for the duration of ``run``."""
+    """One run on a world: owns a job dir and (unless it goes back to the pool) the rank processes."""
 
     def __init__(self, fn, payload, faults, **settings):
         self.fn = fn
@@ -119,76 +122,73 @@ class _World:
         self.faults = faults
         self.s = settings
         self.n = settings["world_size"]
-        self.procs: list = []
+        self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
         self.dir = None
+        self.warm = False
+
+    @property
+    def procs(self) -> list:
+        return self.ranks.procs
 
     # -- life cycle ---------------------------------------------------------------------
     def run(self) -> WorldResult:
-        """Start, watch, judge; always kill every rank and remove the temp dir."""
-        self.dir = tempfile.mkdtemp(prefix="ddpfaults-")
+        """Start (or reuse), watch, judge; then pool the world if healthy, else kill every rank."""
         previous = _raise_on_sigterm()
+        keep = False
         try:
-            self.t0 = time.monotonic()
             self._start()
             reason = self._watch()
             result = self._judge(reason)
-            alive = self._live()
-            self._kill_all()
-            for i in alive:
-                result.ranks[i].events.append({"k": "killed", "t": round(time.monotonic() - self.t0, 6)})
+            keep = self.s["reuse"] and self._reusable(result)
+            if not keep:
+                alive = self._live()
+                self.ranks.close()
+                for i in alive:
+                    result.ranks[i].events.append({"k": "killed", "t": round(time.monotonic() - self.t0, 6)})
+            result.reused = keep
             return result
         finally:
-            self._kill_all()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if self.ranks is not None:
+                if keep:
+                    pool.give_back(self.ranks)
+                else:
+                    self.ranks.close()
+            for w in self.watches:
+                w.close()
+            if self.dir is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 
-    def _context(self):
-        ctx = multiprocessing.get_context(self.s["start_method"])
-        if self.s["start_method"] == "forkserver":
-            ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
-        return ctx
-
     def _start(self) -> None:
-        ctx = self._context()
+        key = (self.n, self.s["backend"], self.s["start_method"], self.s["threads"])
+        self.ranks = pool.take(key) if self.s["reuse"] else None
+        self.warm = self.ranks is not None
+        if self.ranks is None:
+            self.ranks = pool.RankSet(world_size=self.n, backend=self.s["backend"], start_method=self.s["start_method"],
+                                      threads=self.s["threads"], timeout=self.s["timeout"], warm=self.s["reuse"])
+        self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
         shared = os.path.join(self.dir, "shared")
         os.mkdir(shared)
         fn_module = getattr(self.fn, "__module__", "__main__")
-        fn_file = getattr(sys.modules.get(fn_module), "__file__", None)
-        for r in range(self.n):
-            config = RankConfig(
-                rank=r, world_size=self.n, world_dir=self.dir, shared_dir=shared, seed=self.s["seed"],
-                backend=self.s["backend"], pg_timeout=self.s["timeout"] + 30.0, peer_failure=self.s["peer_failure"],
-                threads=self.s["threads"], payload=self.payload, fn_module=fn_module, fn_file=fn_file,
-                faults=self.faults, env=dict(os.environ),
-            )
-            self.watches.append(RankWatch(r, self.dir))
-            proc = ctx.Process(target=rank_main, args=(config,), name=f"ddpfaults-rank{r}", daemon=False)
-            with _main_hidden(fn_module != "__main__"):
-                proc.start()
-            census.LAUNCHED.append(proc.pid)
-            self.procs.append(proc)
+        job = Job(job_dir=self.dir, shared_dir=shared, seed=self.s["seed"], peer_failure=self.s["peer_failure"],
+                  payload=self.payload, fn_module=fn_module,
+                  fn_file=getattr(sys.modules.get(fn_module), "__file__", None), faults=self.faults,
+                  env=dict(os.environ))
+        self.watches = [RankWatch(r, self.dir) for r in range(self.n)]
+        self.t0 = time.monotonic()
+        if self.warm:
+            self.ranks.send(job)
+        else:
+            self.ranks.start(job, hide_main=fn_module != "__main__")
 
-    def _kill_all(self) -> None:
-        """SIGKILL every rank's process group; return only when none of their processes is left."""
-        pids = [p.pid for p in self.procs if p.pid is not None]
-        for pid in pids:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        for proc in self.procs:
-            proc.join(timeout=10)
-        deadline = time.monotonic() + 5
-        while census.survivors(pids) and time.monotonic() < deadline:
-            for pid, _ in census.survivors(pids):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+    def _reusable(self, result: WorldResult) -> bool:
+        """Only a clean, fault-free, completed world whose every rank still takes jobs goes back to the pool."""
+        return (
+            result.outcome == "completed" and not self.faults and self.ranks.warm
+            and len(self._live()) == self.n and all(w.leftovers == [] for w in self.watches)
+        )
 
     # -- watching -----------------------------------------------------------------------
     def _watch(self) -> str:
@@ -196,7 +196,8 @@ class _World:
         sentinels = {p.sentinel: i for i, p in enumerate(self.procs)}
         last_assessed = 0.0
         while True:
-            ready = multiprocessing.connection.wait(list(sentinels), timeout=POLL)
+            quiet = time.monotonic() - max(w.last_progress for w in self.watches)
+            ready = multiprocessing.connection.wait(list(sentinels), timeout=min(POLL_MAX, max(POLL_MIN, quiet / 20)))
             now = time.monotonic()
             for s in ready:
                 i = sentinels.pop(s)
@@ -218,7 +219,7 @@ class _World:
                     return "stall"
 
     def _live(self) -> list[int]:
-        return [i for i, p in enumerate(self.procs) if p.exitcode is None]
+        return self.ranks.live()
 
     def _recent_death(self, now: float) -> bool:
         """In exit mode, gloo needs a moment to tell the peers of a dead rank; don't call that a hang yet."""
@@ -328,27 +329,8 @@ class _World:
             seed=self.s["seed"], backend=self.s["backend"], peer_failure=self.s["peer_failure"],
             start_method=self.s["start_method"], stall=self.s["stall"], timeout=self.s["timeout"],
             divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],
-            fired=fired, function=describe_function(self.fn),
+            fired=fired, function=describe_function(self.fn), warm=self.warm,
         )
-
-
-@contextlib.contextmanager
-def _main_hidden(hide: bool):
-    """Start ranks without multiprocessing re-running the launcher's ``__main__`` script in them.
-
-    spawn/forkserver children re-execute the main script (as ``__mp_main__``) so that objects
-    defined there unpickle; ranks only need that when ``fn`` itself lives in ``__main__``.
-    Otherwise it costs time and breaks for ``python -`` or unguarded scripts.
-    """
-    if not hide:
-        yield
-        return
-    saved = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = saved
 
 
 def _raise_on_sigterm():

@@ -105,3 +105,32 @@ def draw_random(ctx):
     import random
 
     return (random.random(), torch.rand(1).item())
+
+
+def leave_state_behind(ctx, what):
+    """Finish normally but leave process state behind of the kind ``what``."""
+    import threading
+
+    if what == "group":
+        dist.new_group(ranks=list(range(ctx.world_size)))
+    elif what == "no_grad":
+        torch.set_grad_enabled(False)
+    elif what == "dtype":
+        torch.set_default_dtype(torch.float64)
+    elif what == "thread":
+        threading.Thread(target=time.sleep, args=(30,), daemon=False).start()
+    elif what == "workers":
+        loader = torch.utils.data.DataLoader(list(range(8)), num_workers=1, persistent_workers=True)
+        iterator = iter(loader)
+        next(iterator)
+        _KEEP_ALIVE.append(iterator)
+    elif what == "collective":
+        dist.all_reduce = lambda *args, **kwargs: None
+    return os.getpid()
+
+
+def rss_kib(ctx):
+    """This rank's resident set size (KiB) after a small all_reduce."""
+    dist.all_reduce(torch.ones(1000))
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
