@@ -233,6 +233,8 @@ class _World:
         unsure = []
         for i in self._live():
             w = self.watches[i]
+            if not w.events:
+                return False  # still starting (importing torch...): busy, and not yet able to dump its stack
             if w.ended or w.waiting_in() is not None:
                 continue
             cpu = cpu_seconds(self.procs[i].pid)
@@ -249,6 +251,7 @@ class _World:
 
     def _collect_stacks(self, indices: list[int], wait: float = 1.0) -> None:
         """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""
+        indices = [i for i in indices if self.watches[i].events]  # SIGUSR1 kills a rank before faulthandler is set
         sizes = {}
         for i in indices:
             w = self.watches[i]

@@ -232,3 +232,9 @@ def test_same_seed_same_draws_and_verdict():
     verdicts = {(r.outcome, r.root_rank, r.root_cause) for r in
                 (run_world(rankfns.all_reduce_steps, world_size=3, faults=crash, seed=5) for _ in range(2))}
     assert len(verdicts) == 1
+
+
+def test_a_stall_window_shorter_than_rank_start_up_is_not_a_hang():
+    """spawn needs seconds to import torch; a rank that has not started yet is busy, not blocked."""
+    result = run_world(rankfns.all_reduce_steps, world_size=2, start_method="spawn", stall=0.2, timeout=60, args=(2,))
+    assert result.outcome == Outcome.COMPLETED, result.report()
