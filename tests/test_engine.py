@@ -13,7 +13,8 @@ from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 
 
 def _last_progress(result) -> float:
-    return max(e["t"] for r in result.ranks for e in r.events)
+    """Time of the last event a rank itself wrote (the launcher's "exited"/"killed" are not progress)."""
+    return max(e["t"] for r in result.ranks for e in r.events if e["k"] not in ("exited", "killed"))
 
 
 def test_world_completes_and_shares_a_dir():
