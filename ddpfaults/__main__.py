@@ -1,4 +1,4 @@
-"""Command line: ``python -m ddpfaults {demo,run} ...``."""
+"""Command line: ``python -m ddpfaults {demo,run,matrix,html} ...``."""
 
 from __future__ import annotations
 
@@ -79,8 +79,23 @@ def main(argv=None) -> int:
     run.add_argument("--faults", help="a Python list of faults, e.g. '[RankCrash(rank=1, step=2)]'")
     run.add_argument("--expect", choices=("completed", "hung", "crashed"))
     _world_args(run)
+    from . import matrix
+
+    matrix.add_parser(sub)
+    html = sub.add_parser("html", help="render a report JSON (--ddpfaults-report) as one self-contained HTML page")
+    html.add_argument("report", help="the report document, e.g. report.json")
+    html.add_argument("-o", "--output", help="where to write the page (default: the report path with .html)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "matrix":
+            return matrix.main(args)
+        if args.command == "html":
+            from .html import write_html
+            from .reportfile import read_document
+
+            output = args.output or os.path.splitext(args.report)[0] + ".html"
+            print(write_html(output, read_document(args.report)))
+            return 0
         if args.command == "demo":
             from .demo import train
 
