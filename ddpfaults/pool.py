@@ -25,7 +25,9 @@ from . import census
 from .rank import Job, RankConfig, main as rank_main
 
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
-_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "ddpfaults.rank"]
+#: imported once in the fork server, so ranks start with them loaded (DDP.__init__ touches torch._dynamo:
+#: importing it costs ~1 s of CPU per rank otherwise)
+_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "ddpfaults.rank"]
 
 
 class RankSet:

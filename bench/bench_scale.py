@@ -1,0 +1,85 @@
+"""P4: big worlds on a small machine: init + a few DDP steps on the toy model + verdict.
+
+Run:  python bench/bench_scale.py [--sizes 16 32 64] [--steps 3]
+For each world size prints wall time and the peak total memory of all rank processes, measured
+as the sum of their PSS (proportional set size: pages shared copy-on-write with the fork server
+are split between the processes that share them, so the sum is real memory) sampled every 20 ms;
+RSS sums (which count shared pages once per process) are printed alongside. Cold worlds
+(no reuse). The first world pays the fork server start and is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ddpfaults import census, run_world  # noqa: E402
+import worlds  # noqa: E402
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) of a process in KiB; zeros if it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line.split()[-1] == "kB"}
+        return fields.get("Pss", 0), fields.get("Rss", 0)
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+
+
+class PeakMemory:
+    """Samples the summed memory of every rank process this launcher has started (and their children)."""
+
+    def __init__(self):
+        self.peak_pss = self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            pids = [pid for pid, _ in census.survivors()]
+            pss = rss = 0
+            for pid in pids:
+                p, r = _memory_kib(pid)
+                pss, rss = pss + p, rss + r
+            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    """Run the scale benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 16, 32, 64])
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    run_world(worlds.one_all_reduce, world_size=2, reuse=False)
+    print(f"(fork server start, paid once: {time.perf_counter() - t0:.2f} s)")
+    print(f"P4 world of N ranks on {os.cpu_count()} cores: init + {args.steps} DDP steps (MLP) + verdict, cold")
+    print(f"{'ranks':>6}  {'wall s':>7}  {'s/rank':>7}  {'peak PSS GiB':>12}  {'peak RSS GiB':>12}  verdict")
+    for n in args.sizes:
+        with PeakMemory() as memory:
+            t0 = time.perf_counter()
+            result = run_world(worlds.ddp_steps, world_size=n, kwargs={"steps": args.steps}, timeout=300, stall=10,
+                               reuse=False)
+            wall = time.perf_counter() - t0
+        print(f"{n:>6}  {wall:>7.2f}  {wall / n:>7.3f}  {memory.peak_pss / 2**20:>12.2f}  "
+              f"{memory.peak_rss / 2**20:>12.2f}  {result.outcome}")
+    print("goal for 64 ranks: <= 20 s and <= 12 GiB")
+
+
+if __name__ == "__main__":
+    main()
