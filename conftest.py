@@ -4,6 +4,8 @@ import pytest
 
 from ddpfaults import census
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(autouse=True)
 def _no_rank_survives():

@@ -2,15 +2,32 @@
 
 ``run_world(fn, world_size=4, ...)`` runs ``fn(ctx)`` in real gloo rank processes and
 returns a :class:`WorldResult` whose ``outcome`` is completed, hung or crashed.
+
+Importing the package is cheap (pytest loads its plugin on every run); names that need
+torch are imported on first use.
 """
 
 from .errors import DDPFaultsError
 from .results import Outcome, RankResult, RankState, WorldResult
-from .scenario import Expect, RunOptions, ScenarioError, scenario, variant
-from .world import run_world
+from .scenario import Check, Expect, RunOptions, ScenarioError, scenario, variant
+
+#: so that ``pytest -p ddpfaults`` from a source checkout (no entry point installed) loads the plugin
+pytest_plugins = ["ddpfaults.plugin"]
+
+_LAZY = {"run_world": "world"}
 
 __all__ = [
-    "DDPFaultsError", "Expect", "Outcome", "RankResult", "RankState", "RunOptions", "ScenarioError",
+    "Check", "DDPFaultsError", "Expect", "Outcome", "RankResult", "RankState", "RunOptions", "ScenarioError",
     "WorldResult", "run_world", "scenario", "variant",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ddpfaults' has no attribute {name!r}")

@@ -172,6 +172,11 @@ class RankContext:
         return future.then(done)
 
 
+def current() -> "RankContext | None":
+    """The context of the job running in this rank process (None outside a job, and in the launcher)."""
+    return _current
+
+
 def activate(ctx: "RankContext | None") -> None:
     """Make ``ctx`` the context the tracing records into (None: record nothing)."""
     global _current

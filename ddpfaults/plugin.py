@@ -1,1 +1,351 @@
-"""pytest plugin entry point (``pytest -p ddpfaults``). Thin glue over the library core."""
+"""pytest plugin entry point (``pytest -p ddpfaults``). Thin glue over the library core.
+
+* collects scenario modules (``scenario_*.py``, ini ``ddpfaults_scenario_files``): one item per
+  scenario, or per variant (``name[variant]``); an item fails when its world does not do what
+  the scenario expects, with the world's report and a replay command;
+* the ``ddp_world`` fixture runs worlds imperatively, with this run's settings and the marker;
+* the ``ddpfaults(...)`` marker, options and ini keys (see :mod:`ddpfaults.settings`);
+* CI output: JUnit properties per item, a terminal summary, ``--ddpfaults-report=PATH.json``.
+
+Results travel to the xdist controller as an attribute of the test reports (``ddpfaults_worlds``),
+so the summary and the JSON report (``docs/report-schema.md``) hold every world of every worker. The engine is imported
+lazily: this module is loaded on every pytest start.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+import sys
+import time
+
+import pytest
+
+from . import settings as ddps
+
+SETTINGS = pytest.StashKey[ddps.Settings]()  # the resolved settings of this run
+_START = pytest.StashKey[float]()  # when the item's run protocol began (pytest-timeout counts from there)
+_WORLDS = pytest.StashKey[list]()  # item: world records not yet attached to a report
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+def pytest_addoption(parser):
+    """Options and ini keys, one ``ddpfaults`` group."""
+    ddps.add_options(parser)
+
+
+def pytest_configure(config):
+    """Register the marker and resolve the settings once (a bad value is a usage error)."""
+    config.addinivalue_line("markers", ddps.MARKER_LINE)
+    config.stash[SETTINGS] = ddps.resolve(config)
+    if not hasattr(config, "workerinput"):  # xdist workers send their worlds to the controller in reports
+        config.pluginmanager.register(_Collector(config), "ddpfaults-collector")
+
+
+def pytest_report_header(config):
+    """One header line with the effective defaults."""
+    return config.stash[SETTINGS].header()
+
+
+# -- collection of scenario modules ----------------------------------------------------------
+
+def pytest_collect_file(file_path, parent):
+    """Collect files matching the scenario patterns as :class:`ScenarioModule`."""
+    patterns = parent.config.stash[SETTINGS].scenario_files
+    if any(fnmatch.fnmatch(file_path.name, p) for p in patterns):
+        return ScenarioModule.from_parent(parent, path=file_path)
+    return None
+
+
+class ScenarioModule(pytest.Module):
+    """A scenario module: imported the way pytest imports test modules, one item per case."""
+
+    def collect(self):
+        """One :class:`ScenarioItem` per case; a case invalid for its world size is a collection error."""
+        from .scenario import RunOptions, scenarios_in
+
+        module = self.obj
+        options = RunOptions(**_defaults(self))
+        for declared in scenarios_in(module):
+            for case in declared.cases():
+                case.world_kwargs(options)  # raises ScenarioError for faults that do not fit the world
+                item = ScenarioItem.from_parent(self, name=case.id, case=case)
+                for mark in _marks_of(declared.fn):
+                    item.add_marker(mark)
+                yield item
+
+    def repr_failure(self, excinfo):
+        """A ddpfaults error while importing or checking the module: one line naming the file."""
+        from .errors import DDPFaultsError
+
+        if isinstance(excinfo.value, (DDPFaultsError, ddps.MarkerError)):
+            return f"{self.path}: {type(excinfo.value).__name__}: {excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+def _marks_of(fn) -> list:
+    marks = getattr(fn, "pytestmark", [])
+    return list(marks) if isinstance(marks, (list, tuple)) else [marks]
+
+
+class ScenarioMismatch(Exception):
+    """A world did not do what was expected; carries the text shown as the failure."""
+
+
+class ScenarioItem(pytest.Item):
+    """One scenario case: run its world, compare with its expectation."""
+
+    def __init__(self, *, case, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+
+    def runtest(self):
+        """Run the case with this run's settings and marker, capped to fit pytest-timeout."""
+        from .scenario import RunOptions
+
+        options = RunOptions(**_defaults(self))
+        kwargs = self.case.world_kwargs(options)
+        timeout, stall = ddps.cap(kwargs["timeout"], kwargs["stall"], _deadline(self))
+        result = self.case.run(options, timeout=timeout, stall=stall)
+        try:
+            _check(self, result, self.case.expect)
+        finally:
+            _reap([result])
+
+    def repr_failure(self, excinfo, style=None):
+        """The mismatch and the world's report, or a one-line ddpfaults error; never plugin frames."""
+        from .errors import DDPFaultsError
+
+        if isinstance(excinfo.value, ScenarioMismatch):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, (DDPFaultsError, ddps.MarkerError, ddps.DeadlineError, OrphanRanks)):
+            return f"ddpfaults: {type(excinfo.value).__name__}: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        """Location of the scenario function, and the case id."""
+        code = getattr(self.case.scenario.fn, "__code__", None)
+        return self.path, (code.co_firstlineno - 1) if code else None, f"scenario {self.case.id}"
+
+
+# -- running worlds: settings, marker, pytest-timeout, recording --------------------------------
+
+def _defaults(node) -> dict:
+    """This node's run defaults: the settings overlaid by its ``ddpfaults`` markers."""
+    return ddps.run_defaults(node.config.stash[SETTINGS], ddps.marker_values(node.iter_markers("ddpfaults")))
+
+
+def _deadline(item) -> float | None:
+    """How long a world may run before pytest-timeout would fire on ``item`` (None: it will not)."""
+    get = getattr(item.config.pluginmanager.get_plugin("timeout"), "_get_item_settings", None)
+    try:
+        limit = get(item).timeout if get else None
+    except (TypeError, ValueError):  # a bad timeout marker: pytest-timeout reports it itself
+        return None
+    if not limit or limit <= 0:
+        return None
+    return ddps.world_deadline(limit - (time.monotonic() - item.stash.get(_START, time.monotonic())))
+
+
+def _replay(item, seed: int) -> str:
+    """``pytest -p ddpfaults 'path::id' --ddpfaults-seed=N`` plus any world option given on the command line."""
+    path = os.path.relpath(item.path, item.config.invocation_params.dir)
+    node = path + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else path
+    settings = item.config.stash[SETTINGS]
+    extra = [f"{ddps.BY_NAME[n].cli}={getattr(settings, n)}" for n in ("world_size", "timeout", "stall",
+             "peer_failure", "start_method") if settings.source(n) != "default"
+             and not settings.source(n).startswith("ini")]
+    return " ".join(["pytest -p ddpfaults", shlex.quote(node), f"--ddpfaults-seed={seed}", *extra])
+
+
+def _check(item, result, expect) -> None:
+    """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect``."""
+    result.replay = _replay(item, result.seed)
+    mismatches = expect.mismatches(result) if expect is not None else []
+    record = {"nodeid": item.nodeid, "expect": expect.describe() if expect is not None else None,
+              "mismatches": mismatches, "result": result.to_dict()}
+    item.stash.setdefault(_WORLDS, []).append(record)
+    item.user_properties += [("ddpfaults.verdict", str(result.outcome)), ("ddpfaults.world_size", result.world_size),
+                             ("ddpfaults.seed", result.seed), ("ddpfaults.seconds", f"{result.elapsed:.2f}")]
+    if expect is not None:
+        item.user_properties.append(("ddpfaults.expect", expect.describe()))
+    if mismatches:
+        head, _ = split_report(result)
+        raise ScenarioMismatch("\n".join([*mismatches, f"expected: {expect.describe()}", "", head]))
+
+
+_BLOCK = re.compile(r"\n\n--- (.+?) ---\n")
+
+
+def split_report(result) -> tuple[str, list[tuple[str, str]]]:
+    """The world's report as (first screen: verdict, root cause, rank table, seed and replay; [(title, text)]
+    sections: each hung rank's stack, each root traceback, each rank's output tail)."""
+    head, *parts = _BLOCK.split(result.report())
+    if result.replay and result.replay not in head:
+        head += f"\nreplay: {result.replay}"
+    return head, [(f"ddpfaults: {title}", text.rstrip()) for title, text in zip(parts[::2], parts[1::2])]
+
+
+class DDPWorld:
+    """The ``ddp_world`` fixture: run worlds with this test's settings and marker, recorded for the reports."""
+
+    def __init__(self, item):
+        self._item = item
+        self.results: list = []
+
+    def run(self, fn, *, world_size=None, faults=(), expect=None, **kwargs):
+        """``run_world(fn, ...)`` with defaults from the settings and the marker; returns the WorldResult.
+
+        Explicit keywords (timeout, stall, seed, peer_failure, start_method, args, kwargs, ...)
+        win over defaults, except a seed pinned by ``--ddpfaults-seed``. With ``expect``
+        (``"hung"``, ``"crashed with KeyError on rank 0"``, an Expect) a mismatch fails the
+        test with the world's report.
+        """
+        __tracebackhide__ = True
+        from .scenario import Expect
+        from .world import run_world
+
+        params = _defaults(self._item)
+        for key in list(params):
+            value = kwargs.pop(key, None)
+            if value is not None:
+                params[key] = value
+        if world_size is not None:
+            params["world_size"] = world_size
+        if self._item.config.stash[SETTINGS].seed_pinned:
+            params["seed"] = self._item.config.stash[SETTINGS].seed
+        try:
+            params["timeout"], params["stall"] = ddps.cap(params["timeout"], params["stall"], _deadline(self._item))
+            result = run_world(fn, faults=faults, **params, **kwargs)
+            self.results.append(result)
+            _check(self._item, result, Expect.parse(expect) if expect is not None else None)
+        except (ScenarioMismatch, ddps.DeadlineError) as exc:
+            failure = str(exc)
+        else:
+            return result
+        pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+
+class OrphanRanks(Exception):
+    """Rank processes (or their children) outlived their world: an engine bug, reported after killing them."""
+
+
+def _reap(results) -> None:
+    """Orphan census of finished worlds: SIGKILL whatever is left in their ranks' process groups (except ranks
+    the engine keeps warm in its pool on purpose), and say so."""
+    import signal
+
+    from . import census
+
+    warm = getattr(census, "POOLED", set())
+    left = census.survivors([r.pid for world in results for r in world.ranks if r.pid and r.pid not in warm])
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        raise OrphanRanks(f"rank processes survived their world (now killed): {left}")
+
+
+@pytest.fixture
+def ddp_world(request):
+    """Run fault-injected worlds from a test: ``ddp_world.run(fn, world_size=2, faults=[...])``."""
+    world = DDPWorld(request.node)
+    yield world
+    _reap(world.results)
+
+
+# -- per-item hooks ---------------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A bad ``ddpfaults`` marker is a clean error naming the keyword."""
+    try:
+        ddps.marker_values(item.iter_markers("ddpfaults"))
+    except ddps.MarkerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item):
+    """Note when the item started, before pytest-timeout's timer starts."""
+    item.stash[_START] = time.monotonic()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item):
+    """Attach this phase's worlds to its report (xdist carries them to the controller); on a failure,
+    add their reports as sections."""
+    report = yield
+    records, item.stash[_WORLDS] = item.stash.get(_WORLDS, []), []
+    report.ddpfaults_worlds = records
+    if report.failed and records:
+        from .results import WorldResult
+
+        for i, record in enumerate(records, 1):
+            head, sections = split_report(WorldResult.from_dict(record["result"]))
+            if not record["mismatches"]:  # a mismatch already shows the head as the failure itself
+                sections.insert(0, (f"ddpfaults: world {i} of {len(records)}", head))
+            report.sections += sections
+    return report
+
+
+def pytest_sessionfinish(session):
+    """Close the engine's pool of warm worlds in this process (controller or xdist worker), if it was used."""
+    pool = sys.modules.get("ddpfaults.pool")
+    if pool is not None and hasattr(pool, "close_all"):
+        pool.close_all()
+
+
+# -- end of session: JSON report and terminal summary (controller, or no xdist) -----------------
+
+class _Collector:
+    """Registered per run: keeps every world that comes back in a report, then writes the summary and JSON."""
+
+    def __init__(self, config):
+        self.config = config
+        self.settings = config.stash[SETTINGS]
+        self.records: list = []  # (outcome of the test report, world record)
+
+    def pytest_runtest_logreport(self, report):
+        """Keep the worlds a report carries (under xdist: reports from every worker)."""
+        self.records += [(report.outcome, record) for record in getattr(report, "ddpfaults_worlds", None) or []]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self):
+        """Write ``--ddpfaults-report``: every world of the run in one ``ddpfaults.report/1`` document."""
+        if not self.settings.report:
+            return
+        from .reportfile import write_document
+
+        path = os.path.join(str(self.config.invocation_params.dir), self.settings.report)
+        write_document(path, [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records])
+
+    def pytest_terminal_summary(self, terminalreporter):
+        """Count worlds by verdict, list the slowest; with -v and the show option, print passing worlds."""
+        if not self.records:
+            return
+        tr, worlds = terminalreporter, [r for _, r in self.records]
+        counts: dict = {}
+        for record in worlds:
+            counts[record["result"]["outcome"]] = counts.get(record["result"]["outcome"], 0) + 1
+        tr.write_sep("-", "ddpfaults")
+        plural = "world" if len(worlds) == 1 else "worlds"
+        tr.write_line(f"{len(worlds)} {plural}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+        slowest = sorted(worlds, key=lambda r: -r["result"]["elapsed"])[:3]
+        tr.write_line("slowest: " + "; ".join(
+            f"{r['result']['elapsed']:.2f} s {r['nodeid']} ({r['result']['outcome']})" for r in slowest))
+        if self.settings.report:
+            tr.write_line(f"JSON report: {self.settings.report}")
+        if self.settings.show and self.config.get_verbosity() > 0:
+            from .results import WorldResult
+
+            for outcome, record in self.records:
+                if outcome == "passed":
+                    tr.write_sep("_", f"{record['nodeid']}: {record['result']['outcome']}")
+                    tr.write_line(WorldResult.from_dict(record["result"]).report())

@@ -18,7 +18,6 @@ ranks) with the declaration attached as ``fn.__ddpfaults_scenario__``.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import re
@@ -28,7 +27,6 @@ from dataclasses import dataclass, field
 from .errors import DDPFaultsError, FaultError
 from .faults import Fault, check_faults
 from .results import Outcome, WorldResult
-from .world import run_world
 
 ATTRIBUTE = "__ddpfaults_scenario__"
 
@@ -60,7 +58,9 @@ _EXPECT_TEXT = re.compile(
 @dataclass(frozen=True)
 class Expect:
     """What a world must do: an outcome, and optionally the root-cause rank, its error type,
-    the collective at fault, a root-cause substring, and bit-equal return values across ranks.
+    the collective at fault, a root-cause substring, bit-equal return values across ranks, and
+    ``checks``: named predicates over the result (see :class:`Check`) for what a verdict alone
+    cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
 
     ``faults_fire`` (default True): every fault of the plan must fire at least once — a fault
     that never fires means the scenario tests nothing, which is reported as a failure.
@@ -73,6 +73,7 @@ class Expect:
     root_cause: str | None = None
     values_equal: bool = False
     faults_fire: bool = True
+    checks: tuple = ()
 
     def __post_init__(self):
         try:
@@ -114,7 +115,7 @@ class Expect:
             text += f" (root cause mentions {self.root_cause!r})"
         if self.values_equal:
             text += " (replicas bit-equal)"
-        return text
+        return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
 
     def mismatches(self, result: WorldResult) -> list[str]:
         """Every way ``result`` differs from this expectation (empty list: it matched)."""
@@ -141,7 +142,25 @@ class Expect:
             for fault in result.faults:
                 if fault not in fired:
                     found.append(f"FaultNeverFired: {fault} never fired — the scenario does not exercise it")
+        for check in self.checks:
+            problem = check(result)
+            if problem:
+                found.append(f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
         return found
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named predicate for ``Expect(checks=...)``: ``fn(result)`` returns a problem (text) or None."""
+
+    description: str
+    fn: object
+
+    def __call__(self, result) -> str | None:
+        try:
+            return self.fn(result)
+        except Exception as exc:  # a malformed result is a mismatch, not a harness crash
+            return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -209,10 +228,20 @@ class Case:
             kwargs={**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})},
         )
 
-    def run(self, options: RunOptions = RunOptions()) -> WorldResult:
-        """Run this case in a real world and return its result."""
-        result = run_world(self.scenario.fn, **self.world_kwargs(options))
-        return result
+    def run(self, options: RunOptions = RunOptions(), *, timeout: float | None = None,
+            stall: float | None = None) -> WorldResult:
+        """Run this case in a real world and return its result.
+
+        ``timeout``/``stall`` override even declared values (a runner's own deadline, e.g. pytest-timeout's).
+        """
+        from .world import run_world  # torch is imported only when a world runs
+
+        kwargs = self.world_kwargs(options)
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        if stall is not None:
+            kwargs["stall"] = stall
+        return run_world(self.scenario.fn, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -325,5 +354,5 @@ def discover(paths=None, pattern: str = "scenario_*.py") -> list[Case]:
     return [case for f in files for s in scenarios_in(load_module(f)) for case in s.cases()]
 
 
-__all__ = ["Expect", "RunOptions", "Scenario", "ScenarioError", "Case", "Variant", "scenario", "variant",
-           "discover", "scenarios_in", "load_module", "dataclasses"]
+__all__ = ["Check", "Expect", "RunOptions", "Scenario", "ScenarioError", "Case", "Variant", "scenario", "variant",
+           "discover", "scenarios_in", "load_module"]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ def _int(low: int | None):
     def parse(text: str) -> int:
         value = int(text)
         if low is not None and value < low:
-            raise ValueError(f"must be at least {low}")
+            raise ValueError
         return value
     return parse
 
@@ -40,41 +41,39 @@ def _int(low: int | None):
 def _seconds(text: str) -> float:
     value = float(text)
     if not value > 0 or math.isinf(value):
-        raise ValueError("must be a positive, finite number of seconds")
+        raise ValueError
     return value
 
 
 def _choice(choices: tuple[str, ...]):
     def parse(text: str) -> str:
         if text not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
+            raise ValueError
         return text
     return parse
 
 
 def _bool(text: str) -> bool:
-    lowered = str(text).strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("must be true or false")
+    lowered = text.lower()
+    if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError
+    return lowered in ("1", "true", "yes", "on")
 
 
 def _patterns(text: str) -> tuple[str, ...]:
-    found = tuple(str(text).split())
-    if not found:
-        raise ValueError("must name at least one file pattern")
-    return found
+    if not text.split():
+        raise ValueError
+    return tuple(text.split())
 
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: its name, parser, default and the help text shared by addoption and addini."""
+    """One setting: name, parser, default, what a valid value is, and the help shared by addoption and addini."""
 
     name: str
     parse: Callable[[str], Any]
     default: Any
+    kind: str
     help: str
     metavar: str = "VALUE"
     flag: bool = False
@@ -95,23 +94,26 @@ class Option:
         return "DDPFAULTS_" + self.name.upper()
 
 
+_POSITIVE = "a positive number of seconds"
 OPTIONS = (
-    Option("world_size", _int(1), 4, "ranks per world unless a scenario or marker declares it (default 4)", "N"),
-    Option("timeout", _seconds, 60.0, "hard wall-clock cap of a world in seconds (default 60)", "SECONDS"),
-    Option("stall", _seconds, 2.0, "seconds without progress, every live rank waiting, after which a world is hung "
-           "(default 2)", "SECONDS"),
-    Option("seed", _int(None), 0, "seed of every world; given on the command line or in DDPFAULTS_SEED it overrides "
-           "markers too, for replay (default 0)", "N"),
-    Option("peer_failure", _choice(PEER_FAILURES), "exit", "what a failed rank does unless declared: exit "
-           "(gloo-native) or linger (NCCL-like, peers hang) (default exit)", "MODE"),
-    Option("start_method", _choice(START_METHODS), "forkserver", "how rank processes start: forkserver, spawn or "
-           "fork (default forkserver)", "METHOD"),
-    Option("report", str, None, "write every world's result to this JSON file", "PATH.json"),
-    Option("scenario_files", _patterns, ("scenario_*.py",), "glob patterns (space separated) of scenario modules to "
-           "collect (default scenario_*.py)", "GLOBS"),
-    Option("show", _bool, False, "with -v, also print the world report of passing items", flag=True),
+    Option("world_size", _int(1), 4, "an int >= 1",
+           "ranks per world unless a scenario or marker declares it (default 4)", "N"),
+    Option("timeout", _seconds, 60.0, _POSITIVE, "hard wall-clock cap of a world in seconds (default 60)", "SECONDS"),
+    Option("stall", _seconds, 2.0, _POSITIVE, "seconds without progress, every live rank waiting, after which "
+           "a world is judged hung (default 2)", "SECONDS"),
+    Option("seed", _int(None), 0, "an int", "seed of every world; from the command line or DDPFAULTS_SEED it "
+           "overrides markers and scenarios too, for replay (default 0)", "N"),
+    Option("peer_failure", _choice(PEER_FAILURES), "exit", "exit or linger", "what a failed rank does unless "
+           "declared: exit (gloo-native) or linger (NCCL-like: peers hang) (default exit)", "MODE"),
+    Option("start_method", _choice(START_METHODS), "forkserver", "forkserver, spawn or fork",
+           "how rank processes start (default forkserver)", "METHOD"),
+    Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
+    Option("scenario_files", _patterns, ("scenario_*.py",), "glob patterns", "glob patterns (space separated) of "
+           "scenario modules to collect (default scenario_*.py)", "GLOBS"),
+    Option("show", _bool, False, "true or false", "with -v, also print the world report of passing items",
+           flag=True),
 )
-BY_NAME = {o.name: o for o in OPTIONS}
+BY_NAME = {option.name: option for option in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,12 @@ class Settings:
     sources: tuple = ()
 
     def source(self, name: str) -> str:
-        """Where the setting ``name`` came from: ``--ddpfaults-...``, ``DDPFAULTS_...``, the ini key, or "default"."""
+        """Where ``name`` came from: its flag, its environment variable, ``ini option ...``, or ``default``."""
         return dict(self.sources).get(name, "default")
 
     @property
     def seed_pinned(self) -> bool:
-        """True if the seed was given on the command line or in the environment: it then beats markers and calls."""
+        """True if the seed came from the command line or the environment: it then beats markers and scenarios."""
         return self.source("seed").startswith(("--", "DDPFAULTS_"))
 
     def header(self) -> str:
@@ -152,13 +154,12 @@ def add_options(parser: pytest.Parser) -> None:
         if option.flag:
             group.addoption(option.cli, action="store_true", default=None, dest=dest, help=option.help)
         else:
-            group.addoption(option.cli, action="store", default=None, dest=dest, metavar=option.metavar,
-                            help=option.help)
+            group.addoption(option.cli, default=None, dest=dest, metavar=option.metavar, help=option.help)
         parser.addini(option.ini, help=option.help, type="string", default="")
 
 
 def resolve(config: pytest.Config) -> Settings:
-    """Command line > environment > ini > default, parsed and checked; raise ``pytest.UsageError`` on a bad value."""
+    """Command line > environment > ini > default, parsed and checked; ``pytest.UsageError`` on a bad value."""
     values, sources = {}, []
     for option in OPTIONS:
         candidates = (
@@ -171,11 +172,10 @@ def resolve(config: pytest.Config) -> Settings:
             values[option.name] = option.default
             continue
         try:
-            values[option.name] = raw if raw is True else option.parse(str(raw).strip())
-        except ValueError as exc:
-            reason = str(exc) if "invalid literal" not in str(exc) and "could not convert" not in str(exc) else (
-                f"expected {option.metavar.lower()}")
-            raise pytest.UsageError(f"ddpfaults: {where}: invalid value {raw!r}: {reason}") from None
+            values[option.name] = True if raw is True else option.parse(str(raw).strip())
+        except ValueError:
+            raise pytest.UsageError(
+                f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind})") from None
         sources.append((option.name, where))
     settings = Settings(**values, sources=tuple(sources))
     if settings.stall >= settings.timeout:
@@ -198,34 +198,35 @@ class MarkerError(ValueError):
     """A ``ddpfaults(...)`` marker has an unknown keyword, a positional argument, or a bad value."""
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_MARKER_CHECKS = {
+    "world_size": (lambda v: _number(v) and isinstance(v, int) and v >= 1, "an int >= 1"),
+    "timeout": (lambda v: _number(v) and 0 < v < math.inf, _POSITIVE),
+    "stall": (lambda v: _number(v) and 0 < v < math.inf, _POSITIVE),
+    "peer_failure": (lambda v: v in PEER_FAILURES, "exit or linger"),
+    "seed": (lambda v: _number(v) and isinstance(v, int), "an int"),
+}
+
+
 def marker_values(markers) -> dict:
     """Merge ``ddpfaults`` markers, closest first (the closest wins), into checked keyword values."""
     merged: dict = {}
     for mark in markers:
         if mark.args:
-            raise MarkerError(f"ddpfaults marker takes keyword arguments only ({', '.join(MARKER_KEYS)}), "
+            raise MarkerError(f"ddpfaults marker takes keywords only ({', '.join(MARKER_KEYS)}), "
                               f"got positional {mark.args!r}")
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
-                raise MarkerError(f"ddpfaults marker: unknown keyword {key!r}; known: {', '.join(MARKER_KEYS)}")
+                raise MarkerError(f"ddpfaults marker: unknown keyword {key!r} (known: {', '.join(MARKER_KEYS)})")
             merged.setdefault(key, value)
     for key, value in merged.items():
-        parse = BY_NAME[key].parse
-        if isinstance(value, bool) or (key in ("world_size", "seed") and not isinstance(value, int)) or (
-                key in ("timeout", "stall") and not isinstance(value, (int, float))):
-            raise MarkerError(f"ddpfaults marker: {key}={value!r}: {_kind(key)}")
-        try:
-            merged[key] = parse(str(value)) if key in ("peer_failure", "world_size") else value
-            if key in ("timeout", "stall"):
-                _seconds(str(value))
-        except ValueError as exc:
-            raise MarkerError(f"ddpfaults marker: {key}={value!r}: {exc}") from None
+        valid, kind = _MARKER_CHECKS[key]
+        if not valid(value):
+            raise MarkerError(f"ddpfaults marker: {key}={value!r} (expected {kind})")
     return merged
-
-
-def _kind(key: str) -> str:
-    return {"world_size": "must be an int >= 1", "seed": "must be an int",
-            "timeout": "must be a number of seconds", "stall": "must be a number of seconds"}.get(key, "bad value")
 
 
 # -- composing what one world runs with ----------------------------------------------------------
@@ -238,6 +239,10 @@ def run_defaults(settings: Settings, marks: dict) -> dict:
     if settings.seed_pinned:
         defaults["seed"] = settings.seed
     return defaults
+
+
+class DeadlineError(ValueError):
+    """pytest-timeout leaves a test too little time to run a world and reap it."""
 
 
 def world_deadline(remaining: float | None) -> float | None:
@@ -255,6 +260,7 @@ def cap(timeout: float, stall: float, deadline: float | None) -> tuple[float, fl
     if deadline is None or timeout <= deadline:
         return timeout, stall
     if deadline < 1.0:
-        raise MarkerError(f"pytest-timeout leaves {deadline + TEARDOWN_SLACK:.1f} s: too little to run a world "
-                          f"and reap its ranks before pytest-timeout fires; raise the test's timeout")
+        left = (deadline + TEARDOWN_SLACK) / PYTEST_TIMEOUT_SHARE
+        raise DeadlineError(f"pytest-timeout leaves this test {left:.1f} s: too little to run a world and reap its "
+                            f"ranks before pytest-timeout fires; raise the test's timeout")
     return deadline, min(stall, deadline / 2)

@@ -44,8 +44,8 @@ def innermost_frame(stack: str | None) -> str | None:
 def is_waiting_stack(stack: str | None) -> bool:
     """True if a rank's main-thread stack shows it inside torch.distributed, DDP or autograd's backward."""
     frame = innermost_frame(stack)
-    if frame is None:
-        return False
+    if frame is None or "importlib._bootstrap" in (stack or ""):
+        return False  # an import in progress (even of torch.distributed code) is computing, not waiting
     return any(p.search(frame) for p in WAITING_FRAMES)
 
 

@@ -299,7 +299,10 @@ class _World:
             if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
                 res.stack = main_thread(output.split("Fatal Python error", 1)[1])
                 res.where = f"died in {_frame_text(res.stack)}"
-            res.failed_at = (w.exit_time - self.t0) if w.exit_time else None
+            # it died after its last event and before the launcher saw the exit: rank it by the earliest
+            # possible time, so a peer's consequent error (seen before the exit was) is not taken for the cause
+            died = [e["t"] for e in w.events if e["k"] != "exited"] or ([w.exit_time] if w.exit_time else [])
+            res.failed_at = (max(died) - self.t0) if died else None
         else:
             waiting = w.waiting_in()
             if waiting is not None:

@@ -5,6 +5,7 @@ import torch.distributed as dist
 
 import ddpfaults
 from ddpfaults.faults import RankCrash
+from ddpfaults.scenarios._checks import HANG_STALL, SAFE_STALL
 
 CRASH = RankCrash(rank=1, step=2, exc=KeyError("segment_mask"))
 
@@ -12,9 +13,10 @@ CRASH = RankCrash(rank=1, step=2, exc=KeyError("segment_mask"))
 @ddpfaults.scenario(
     world_size=4,
     faults=[CRASH],
+    stall=SAFE_STALL,
     variants=[
         ddpfaults.variant("exit", peer_failure="exit", expect="crashed with KeyError on rank 1"),
-        ddpfaults.variant("linger", peer_failure="linger", expect="hung with KeyError on rank 1"),
+        ddpfaults.variant("linger", peer_failure="linger", stall=HANG_STALL, expect="hung with KeyError on rank 1"),
     ],
 )
 def rank_crash(ctx, steps: int = 4):

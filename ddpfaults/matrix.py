@@ -1,0 +1,108 @@
+"""``python -m ddpfaults matrix [PATHS...] [--json] [--seed N]``: run every scenario case, print a truth table.
+
+Each case (see :func:`ddpfaults.scenario.discover`; the built-ins by default) runs in a real world;
+the table has one row per case: scenario, variant, expected, observed verdict, root cause,
+seconds. The exit code is 1 when any case mismatches its ``Expect``, 2 on bad input (a path that
+does not exist, a module that fails to import, no scenarios found).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .scenario import RunOptions, discover
+
+COLUMNS = ("scenario", "variant", "expected", "observed", "root cause", "seconds", "ok")
+
+
+@dataclass
+class Row:
+    """The outcome of one case against its expectation."""
+
+    scenario: str
+    variant: str
+    expected: str
+    observed: str
+    root_cause: str
+    seconds: float
+    mismatches: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True if the case matched its expectation."""
+        return not self.mismatches
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {"scenario": self.scenario, "variant": self.variant, "expected": self.expected,
+                "observed": self.observed, "root_cause": self.root_cause, "seconds": round(self.seconds, 2),
+                "ok": self.ok, "mismatches": self.mismatches}
+
+
+def run_case(case, options: RunOptions) -> Row:
+    """Run one case and compare it with its expectation."""
+    started = time.monotonic()
+    result = case.run(options)
+    return Row(case.scenario.name, case.variant.name if case.variant else "", case.expect.describe(),
+               str(result.outcome), result.root_cause, time.monotonic() - started, case.expect.mismatches(result))
+
+
+def _cell(text: str, width: int = 120) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown_header() -> str:
+    """The table's header and separator lines."""
+    return "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|"
+
+
+def markdown_row(row: Row) -> str:
+    """One table line."""
+    cells = [row.scenario, row.variant, row.expected, row.observed, row.root_cause, f"{row.seconds:.2f}",
+             "yes" if row.ok else "**MISMATCH**"]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def summary(rows: list[Row], wall: float) -> str:
+    """The lines after the table: totals, then every mismatch in full."""
+    bad = [r for r in rows if not r.ok]
+    lines = [f"\n{len(rows) - len(bad)}/{len(rows)} cases matched their expectation in {wall:.1f} s"]
+    for r in bad:
+        lines += [f"- {r.scenario}[{r.variant}]: {m}" for m in r.mismatches]
+    return "\n".join(lines)
+
+
+def add_parser(sub) -> None:
+    """Add the ``matrix`` subcommand to an argparse subparsers object."""
+    parser = sub.add_parser("matrix", help="run every scenario case (default: the built-ins) and print a truth table")
+    parser.add_argument("paths", nargs="*", help="scenario files or directories (default: the built-in scenarios)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of Markdown")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def main(args) -> int:
+    """Run the matrix for parsed ``args``; returns the exit code (bad input raises DDPFaultsError)."""
+    from .errors import DDPFaultsError
+
+    cases = discover(args.paths or None)
+    if not cases:
+        raise DDPFaultsError(f"no scenarios found in {' '.join(args.paths) or 'the built-ins'}")
+    options = RunOptions(seed=args.seed)
+    started, rows = time.monotonic(), []
+    if not args.json:
+        print(markdown_header(), flush=True)
+    for case in cases:
+        rows.append(run_case(case, options))
+        if not args.json:
+            print(markdown_row(rows[-1]), flush=True)
+    if args.json:
+        print(json.dumps({"rows": [r.to_dict() for r in rows], "ok": all(r.ok for r in rows),
+                          "seconds": round(time.monotonic() - started, 2)}, indent=2))
+    else:
+        print(summary(rows, time.monotonic() - started))
+    sys.stdout.flush()
+    return 0 if all(r.ok for r in rows) else 1
