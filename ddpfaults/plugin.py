@@ -318,13 +318,18 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
-        """Write ``--ddpfaults-report``: every world of the run in one ``ddpfaults.report/1`` document."""
-        if not self.settings.report:
-            return
-        from .reportfile import write_document
+        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/1`` document)
+        and ``--ddpfaults-html`` (the same worlds as one swimlane page)."""
+        worlds, nodeids = [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records]
+        here = str(self.config.invocation_params.dir)
+        if self.settings.report:
+            from .reportfile import write_document
 
-        path = os.path.join(str(self.config.invocation_params.dir), self.settings.report)
-        write_document(path, [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records])
+            write_document(os.path.join(here, self.settings.report), worlds, nodeids)
+        if self.settings.html:
+            from .html import write_html
+
+            write_html(os.path.join(here, self.settings.html), worlds, nodeids)
 
     def pytest_terminal_summary(self, terminalreporter):
         """Count worlds by verdict, list the slowest; with -v and the show option, print passing worlds."""
@@ -340,8 +345,9 @@ class _Collector:
         slowest = sorted(worlds, key=lambda r: -r["result"]["elapsed"])[:3]
         tr.write_line("slowest: " + "; ".join(
             f"{r['result']['elapsed']:.2f} s {r['nodeid']} ({r['result']['outcome']})" for r in slowest))
-        if self.settings.report:
-            tr.write_line(f"JSON report: {self.settings.report}")
+        for kind, path in (("JSON report", self.settings.report), ("HTML report", self.settings.html)):
+            if path:
+                tr.write_line(f"{kind}: {path}")
         if self.settings.show and self.config.get_verbosity() > 0:
             from .results import WorldResult
 

@@ -108,6 +108,8 @@ OPTIONS = (
     Option("start_method", _choice(START_METHODS), "forkserver", "forkserver, spawn or fork",
            "how rank processes start (default forkserver)", "METHOD"),
     Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
+    Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page",
+           "PATH.html"),
     Option("scenario_files", _patterns, ("scenario_*.py",), "glob patterns", "glob patterns (space separated) of "
            "scenario modules to collect (default scenario_*.py)", "GLOBS"),
     Option("show", _bool, False, "true or false", "with -v, also print the world report of passing items",
@@ -127,6 +129,7 @@ class Settings:
     peer_failure: str = "exit"
     start_method: str = "forkserver"
     report: str | None = None
+    html: str | None = None
     scenario_files: tuple = ("scenario_*.py",)
     show: bool = False
     sources: tuple = ()

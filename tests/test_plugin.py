@@ -7,6 +7,7 @@ pids come from the run's JSON report, or from files the ranks write themselves).
 
 import json
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
 
@@ -227,6 +228,19 @@ def test_xdist_two_workers_json_report_holds_every_world(user):
     assert all(len(w["ranks"]) == 2 for w in document["worlds"])
     read_document(user.path / "worlds.json")  # a valid ddpfaults.report/1 document
     assert len(assert_no_orphans(document)) == 8
+
+
+def test_html_report_holds_every_world_with_one_lane_per_rank(user):
+    result, document = run(user, "--ddpfaults-html=out/worlds.html")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["HTML report: out/worlds.html"])
+    page = (user.path / "out" / "worlds.html").read_text()
+    assert re.search(r"class='[^']*\bdivergence\b", page), "the hung world's first divergent collective is marked"
+    for world in document["worlds"]:
+        assert world["nodeid"] in page
+    assert len(re.findall(r"data-rank=['\"]?\d", page)) >= 2 * len(document["worlds"])
+    assert "http://" not in page and "https://" not in page
+    assert_no_orphans(document)
 
 
 # -- loading the plugin ---------------------------------------------------------------------------
