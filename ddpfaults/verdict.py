@@ -147,6 +147,8 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
     Order: the earliest failure that is not collateral; else (at the timeout) the ranks
     still running outside any collective; else the odd rank of the first divergent collective; else the earliest collateral failure; else where the ranks stood.
     """
+    if all(r.state == RankState.FINISHED for r in ranks):
+        return None, "no failure"  # even if sequences differ (e.g. Join's shadow collectives), nothing failed
     failed = [r for r in ranks if r.state in (RankState.RAISED, RankState.DIED)]
     failed.sort(key=lambda r: (r.failed_at if r.failed_at is not None else float("inf"), r.rank))
     primary = [r for r in failed if not r.collateral]

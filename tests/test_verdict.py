@@ -463,3 +463,10 @@ def test_gloo_mismatch_abort_blames_the_diverging_rank_not_the_aborted_receiver(
     root, text = root_cause(ranks, d, "ended")
     assert root == 1
     assert d.describe() in text and "rank 3" in text
+
+
+def test_a_completed_world_has_no_root_cause_even_when_sequences_differ():
+    ranks = [rank(r, RankState.FINISHED, seq_of([0, 1, 2])) for r in range(3)]
+    ranks.append(rank(3, RankState.FINISHED, seq_of([0, 2])))
+    assert first_divergence(ranks) is not None
+    assert root_cause(ranks, first_divergence(ranks), "ended") == (None, "no failure")
