@@ -11,8 +11,16 @@ from .errors import DDPFaultsError
 from .results import Outcome, RankResult, RankState, WorldResult
 from .scenario import Check, Expect, RunOptions, ScenarioError, scenario, variant
 
-#: so that ``pytest -p ddpfaults`` from a source checkout (no entry point installed) loads the plugin
-pytest_plugins = ["ddpfaults.plugin"]
+
+def pytest_addhooks(pluginmanager):
+    """``pytest -p ddpfaults`` from a source checkout (no entry point installed) registers this package:
+    register the real plugin module then. Installed, the entry point registers ``ddpfaults.plugin`` under
+    the name ``ddpfaults`` and this package is never registered as a plugin."""
+    from . import plugin
+
+    if not pluginmanager.is_registered(plugin):
+        pluginmanager.register(plugin, "ddpfaults.plugin")
+
 
 _LAZY = {"run_world": "world"}
 
