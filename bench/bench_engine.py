@@ -45,6 +45,25 @@ def hang_latency(world_size: int, stall: float, repeat: int) -> list[float]:
     return latencies
 
 
+def phases(world_size: int, repeat: int) -> list[float]:
+    """Medians (s) of: last rank up, init (FileStore rendezvous + gloo connect mesh), fn, verdict, teardown."""
+    rows = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = run_world(worlds.one_all_reduce, world_size=world_size, reuse=False)
+        wall = time.perf_counter() - t0
+
+        def first(rank, kind, **match):
+            return next(e["t"] for e in rank.events if e["k"] == kind and all(e.get(k) == v for k, v in match.items()))
+
+        up = max(first(r, "start") for r in result.ranks)
+        init = max(first(r, "exit") for r in result.ranks) - min(
+            first(r, "enter", op="init_process_group") for r in result.ranks)
+        fn = max(first(r, "finished") for r in result.ranks) - max(first(r, "exit") for r in result.ranks)
+        rows.append((up, init, fn, result.elapsed, wall - result.elapsed))
+    return [statistics.median(column) for column in zip(*rows)]
+
+
 def main() -> None:
     """Run the benchmark and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,6 +89,12 @@ def main() -> None:
     print(f"   spawn (baseline)         {med_spawn:.3f} s")
     print(f"   ratio spawn/forkserver   {med_spawn / med_fork:.1f}x   [goal >= 15x]")
     print(f"   ratio spawn/warm         {med_spawn / med_warm:.1f}x")
+    print(f"   where a cold world's time goes (median of {args.repeat}, ms; torch is preloaded in the fork server):")
+    for size in (n, 16, 64):
+        up, init, fn, verdict, teardown = phases(size, args.repeat)
+        print(f"     {size:3d} ranks: last rank forked+up {up * 1e3:6.1f} | init_process_group (rendezvous + gloo "
+              f"mesh) {init * 1e3:6.1f} | fn {fn * 1e3:5.1f} | verdict at {verdict * 1e3:6.1f} | teardown "
+              f"{teardown * 1e3:5.1f}")
     print(f"P2 hang verdict latency after the last progress, stall={args.stall:g} s (median of {args.repeat}):")
     med_lat = statistics.median(latency)
     print(f"   {med_lat:.3f} s = stall + {med_lat - args.stall:.3f} s   [goal <= stall + 0.5 s]"
