@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+from .scenario import RunOptions
+
+_RUN = RunOptions()  # the library's defaults, shared with the matrix command
 PEER_FAILURES = ("exit", "linger")
 START_METHODS = ("forkserver", "spawn", "fork")
 TEARDOWN_SLACK = 2.0  # seconds a world needs after its deadline: stack dumps, judging, killing
@@ -96,16 +99,16 @@ class Option:
 
 _POSITIVE = "a positive number of seconds"
 OPTIONS = (
-    Option("world_size", _int(1), 4, "an int >= 1",
+    Option("world_size", _int(1), _RUN.world_size, "an int >= 1",
            "ranks per world unless a scenario or marker declares it (default 4)", "N"),
-    Option("timeout", _seconds, 60.0, _POSITIVE, "hard wall-clock cap of a world in seconds (default 60)", "SECONDS"),
-    Option("stall", _seconds, 2.0, _POSITIVE, "seconds without progress, every live rank waiting, after which "
+    Option("timeout", _seconds, _RUN.timeout, _POSITIVE, "hard wall-clock cap of a world in seconds (default 60)", "SECONDS"),
+    Option("stall", _seconds, _RUN.stall, _POSITIVE, "seconds without progress, every live rank waiting, after which "
            "a world is judged hung (default 2)", "SECONDS"),
-    Option("seed", _int(None), 0, "an int", "seed of every world; from the command line or DDPFAULTS_SEED it "
+    Option("seed", _int(None), _RUN.seed, "an int", "seed of every world; from the command line or DDPFAULTS_SEED it "
            "overrides markers and scenarios too, for replay (default 0)", "N"),
-    Option("peer_failure", _choice(PEER_FAILURES), "exit", "exit or linger", "what a failed rank does unless "
+    Option("peer_failure", _choice(PEER_FAILURES), _RUN.peer_failure, "exit or linger", "what a failed rank does unless "
            "declared: exit (gloo-native) or linger (NCCL-like: peers hang) (default exit)", "MODE"),
-    Option("start_method", _choice(START_METHODS), "forkserver", "forkserver, spawn or fork",
+    Option("start_method", _choice(START_METHODS), _RUN.start_method, "forkserver, spawn or fork",
            "how rank processes start (default forkserver)", "METHOD"),
     Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
     Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page",
@@ -122,12 +125,12 @@ BY_NAME = {option.name: option for option in OPTIONS}
 class Settings:
     """The resolved settings of one pytest run (``sources`` says where each value came from)."""
 
-    world_size: int = 4
-    timeout: float = 60.0
-    stall: float = 2.0
-    seed: int = 0
-    peer_failure: str = "exit"
-    start_method: str = "forkserver"
+    world_size: int = _RUN.world_size
+    timeout: float = _RUN.timeout
+    stall: float = _RUN.stall
+    seed: int = _RUN.seed
+    peer_failure: str = _RUN.peer_failure
+    start_method: str = _RUN.start_method
     report: str | None = None
     html: str | None = None
     scenario_files: tuple = ("scenario_*.py",)
