@@ -54,8 +54,22 @@ def _world_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the world result as JSON to PATH")
 
 
-def _run_and_report(fn, args, faults, expect: str | None) -> int:
-    result = run_world(fn, world_size=args.world_size, faults=faults, seed=args.seed, timeout=args.timeout,
+def _parse_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    import ast
+
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as exc:
+        raise DDPFaultsError(f"--kwargs {text!r}: not a Python dict literal ({type(exc).__name__}: {exc})") from None
+    if not isinstance(value, dict):
+        raise DDPFaultsError(f"--kwargs {text!r}: expected a dict such as \"{{'steps': 3}}\"")
+    return value
+
+
+def _run_and_report(fn, args, faults, expect: str | None, kwargs=None) -> int:
+    result = run_world(fn, world_size=args.world_size, faults=faults, kwargs=kwargs, seed=args.seed, timeout=args.timeout,
                        stall=args.stall, peer_failure=args.peer_failure, start_method=args.start_method)
     print(result.report())
     if args.json:
@@ -77,6 +91,7 @@ def main(argv=None) -> int:
     run = sub.add_parser("run", help="run (or replay) a rank function: FILE.py:NAME or MODULE:NAME")
     run.add_argument("function")
     run.add_argument("--faults", help="a Python list of faults, e.g. '[RankCrash(rank=1, step=2)]'")
+    run.add_argument("--kwargs", help="keyword arguments for the function, a Python dict literal, e.g. \"{'steps': 3}\"")
     run.add_argument("--expect", choices=("completed", "hung", "crashed"))
     _world_args(run)
     from . import matrix
@@ -101,7 +116,8 @@ def main(argv=None) -> int:
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
             return _run_and_report(train, args, plan, expect="hung")
-        return _run_and_report(_load_function(args.function), args, _parse_faults(args.faults), args.expect)
+        return _run_and_report(_load_function(args.function), args, _parse_faults(args.faults), args.expect,
+                               _parse_kwargs(args.kwargs))
     except DDPFaultsError as exc:
         print(f"ddpfaults: error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ def replay_line(world: WorldResult) -> str:
     if world.replay:
         return world.replay
     faults = f" --faults {_shell_quote('[' + ', '.join(world.faults) + ']')}" if world.faults else ""
+    faults += f" --kwargs {_shell_quote(world.kwargs)}" if world.kwargs else ""
     return (
         f"python -m ddpfaults run {_shell_quote(world.function)} --world-size {world.world_size} "
         f"--seed {world.seed} --timeout {world.timeout:g} --stall {world.stall:g} "

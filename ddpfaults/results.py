@@ -134,6 +134,7 @@ class WorldResult:
     faults: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     function: str = ""
+    kwargs: str = ""  # repr of the keyword arguments the function got (for the replay line)
     replay: str | None = None
     events: list[dict] = field(default_factory=list)  # launcher-side: stall began, verdict (t since start)
     warm: bool = False  # ran on a warm (reused) world

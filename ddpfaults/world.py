@@ -61,7 +61,7 @@ def run_world(
         reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
     world = _World(fn, payload, faults, world_size=world_size, timeout=float(timeout), stall=float(stall),
                    seed=seed, backend=backend, peer_failure=peer_failure, start_method=start_method, threads=threads,
-                   reuse=bool(reuse))
+                   reuse=bool(reuse), kwargs_repr=repr(dict(kwargs)) if kwargs else "")
     return world.run()
 
 
@@ -335,7 +335,7 @@ class _World:
             seed=self.s["seed"], backend=self.s["backend"], peer_failure=self.s["peer_failure"],
             start_method=self.s["start_method"], stall=self.s["stall"], timeout=self.s["timeout"],
             divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],
-            fired=fired, function=describe_function(self.fn), warm=self.warm,
+            fired=fired, function=describe_function(self.fn), warm=self.warm, kwargs=self.s["kwargs_repr"],
         )
 
 

@@ -239,3 +239,21 @@ def test_a_stall_window_shorter_than_rank_start_up_is_not_a_hang():
     """spawn needs seconds to import torch; a rank that has not started yet is busy, not blocked."""
     result = run_world(rankfns.all_reduce_steps, world_size=2, start_method="spawn", stall=0.2, timeout=60, args=(2,))
     assert result.outcome == Outcome.COMPLETED, result.report()
+
+
+def test_the_printed_replay_command_reproduces_the_verdict():
+    import shlex
+    import subprocess
+
+    result = run_world(rankfns.all_reduce_steps, world_size=2, kwargs={"steps": 3}, stall=0.5,
+                       faults=[SkippedCollective(rank=1, step=2)])
+    assert result.outcome == Outcome.HUNG
+    line = next(line for line in result.report().splitlines() if line.startswith("replay: "))
+    command = shlex.split(line[len("replay: "):])
+    assert command[command.index("--kwargs") + 1] == "{'steps': 3}"
+    assert command[:3] == ["python", "-m", "ddpfaults"]
+    replay = subprocess.run([sys.executable, *command[1:], "--expect", "hung"], capture_output=True, text=True,
+                            timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "expected hung, observed hung: OK" in replay.stdout
+    assert f"root cause: {result.root_cause}" in replay.stdout

@@ -470,3 +470,9 @@ def test_a_completed_world_has_no_root_cause_even_when_sequences_differ():
     ranks.append(rank(3, RankState.FINISHED, seq_of([0, 2])))
     assert first_divergence(ranks) is not None
     assert root_cause(ranks, first_divergence(ranks), "ended") == (None, "no failure")
+
+
+def test_ranks_raising_the_same_error_at_the_same_step_name_the_lowest_rank():
+    ranks = [rank(r, RankState.RAISED, error="RuntimeError: Expected to have finished reduction", last_step=0,
+                  failed_at=1.0 - r * 0.1) for r in range(4)]
+    assert root_cause(ranks, None, "ended")[0] == 0
