@@ -8,7 +8,7 @@ import pytest
 
 import rankfns
 from processes import alive
-from ddpfaults import Outcome, RankState, census, errors, run_world
+from ddpfaults import Outcome, RankState, errors, run_world
 from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 
 
