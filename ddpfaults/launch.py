@@ -25,7 +25,9 @@ exits before the verdict: a failed rank in ``peer_failure="exit"`` mode shuts do
 its peers (they get "Connection closed by peer", as if it had exited) and stays up, idle. So torchrun
 sees no failed worker while the judge gathers, and rank 0 keeps judging even when its own function
 failed. Only a process that really dies (signal, ``os._exit``, C++ abort) leaves early: it is judged
-*died* once its heartbeat stops; if it held the seat, the first rank to notice takes over.
+*died* once its heartbeat stops; if it held the seat, the first rank to notice takes over. Each rank's
+stderr is also copied (by a ``tee`` child, which outlives it) into a node-local file, so a judge on the
+same node quotes a died rank's last words (gloo's abort message, faulthandler's stack) as the local engine does.
 
 Exit codes: 0 the verdict matched the case's ``Expect``; 1 it did not (or the judge failed); 2 bad
 arguments or environment (e.g. ``--backend nccl`` without CUDA); 128+N no verdict within
@@ -53,8 +55,9 @@ from dataclasses import dataclass
 
 T_START = time.time()  # this rank's start; rank 0's is the world's start (``t0``)
 
-from .errors import DDPFaultsError  # noqa: E402  (light imports only: torch comes after the signal mask)
-from .scenario import RunOptions, load_module, scenarios_in  # noqa: E402
+# light imports only: torch is imported after the signal mask is set (main)
+from .errors import DDPFaultsError
+from .scenario import RunOptions, load_module, scenarios_in
 
 EXIT_MATCHED, EXIT_MISMATCHED, EXIT_CONFIG = 0, 1, 2
 HOLD_LIMIT = 10.0  # seconds a rank stays up after torchrun's SIGTERM, waiting for the verdict
@@ -118,7 +121,7 @@ class TorchrunEnv:
     agent_store: bool  # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT
 
     @classmethod
-    def from_environ(cls, environ=os.environ) -> "TorchrunEnv":
+    def from_environ(cls, environ=os.environ) -> TorchrunEnv:
         """Read it; a missing variable means this process was not started by torchrun."""
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ]
         if missing:
@@ -473,11 +476,12 @@ def main(argv=None) -> int:
     tee_stderr(output)
 
     def cleanup():
-        if env.local_rank == 0:
-            shutil.rmtree(shared_dir, ignore_errors=True)
-            shutil.rmtree(output_dir, ignore_errors=True)
+        """Remove the node's shared and output dirs on the way out (any rank: after the verdict none needs them)."""
+        shutil.rmtree(shared_dir, ignore_errors=True)
+        shutil.rmtree(output_dir, ignore_errors=True)
 
     def start_judge():
+        """Start this rank's judge thread (it holds the seat)."""
         thread = threading.Thread(target=judge_world, args=(store.clone(), env, case, settings, args),
                                   name="ddpfaults-judge", daemon=True)
         thread.start()

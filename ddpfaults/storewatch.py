@@ -244,9 +244,10 @@ class Judge:
                 return False  # still starting (importing torch, connecting)
             if w.waiting_in() is not None:
                 continue
-            if w.cpu is not None and w.cpu_at_progress is not None:
-                if (w.cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU:
-                    return False  # computing: slow, not hung
+            busy = w.cpu is not None and w.cpu_at_progress is not None and (
+                (w.cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU)
+            if busy:
+                return False  # computing: slow, not hung
             unsure.append(i)
         if unsure:
             self.collect_stacks(unsure)
