@@ -178,3 +178,16 @@ def state_digest(model) -> str:
         h.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         h.update(bytes(_raw(tensor).tolist()))
     return h.hexdigest()
+
+
+def regression_step(ctx, ddp_model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Tensor:
+    """Announce ``step`` on ``ctx`` and train one SGD step of the MLP on this rank's seeded regression batch."""
+    from .data import make_regression
+
+    ctx.step(step)
+    x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
+    loss = F.mse_loss(ddp_model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()

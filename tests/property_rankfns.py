@@ -10,11 +10,10 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from ddpfaults import remedies
-from ddpfaults.data import make_batch, make_regression, stack_point2segment
-from ddpfaults.models import MLP, SetCriterion, SetPredictionModel, state_digest
+from ddpfaults.data import make_batch, stack_point2segment
+from ddpfaults.models import MLP, SetCriterion, SetPredictionModel, state_digest, regression_step
 
 
 def reference_training(ctx, empty, steps=3, mode="instances"):
@@ -96,12 +95,7 @@ def checkpoint_protocol(ctx, log_dir, save="atomic", sync="commit", steps=3):
     os.makedirs(log_dir, exist_ok=True)
     mine = os.path.join(log_dir, f"rank{ctx.rank}.jsonl")
     for step in range(steps):
-        ctx.step(step)
-        x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
-        loss = F.mse_loss(ddp(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        regression_step(ctx, ddp, optimizer, step)
         replica = state_digest(model)
         if ctx.rank == 0:
             state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -24,13 +24,11 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import ddpfaults
 from ddpfaults import remedies
-from ddpfaults.data import make_regression
 from ddpfaults.faults import TornCheckpointWrite, WriterKilledMidSave
-from ddpfaults.models import MLP, state_digest
+from ddpfaults.models import MLP, state_digest, regression_step
 from ddpfaults.scenarios._checks import HANG_STALL, SAFE_STALL, Check, expect, value_check
 
 WRITER = 0
@@ -110,12 +108,7 @@ def checkpoint(ctx, save, sync, save_steps=(1,), steps=3):
     path = os.path.join(ctx.shared_dir, "best_stg1.pth")
     last_good = None
     for step in range(steps):
-        ctx.step(step)
-        x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
-        loss = F.mse_loss(ddp(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        regression_step(ctx, ddp, optimizer, step)
         if step not in save_steps:
             continue
         if ctx.rank == WRITER:

@@ -10,13 +10,11 @@ wrap — measured.) The fixed wrap (:func:`ddpfaults.remedies.ddp_wrap`) passes 
 """
 
 import torch
-import torch.nn.functional as F
 
 import ddpfaults
 from ddpfaults import remedies
-from ddpfaults.data import make_regression
 from ddpfaults.faults import DeviceMismatch
-from ddpfaults.models import MLP, state_digest
+from ddpfaults.models import MLP, state_digest, regression_step
 from ddpfaults.scenarios._checks import SAFE_STALL, every_rank_errors, expect
 
 
@@ -43,10 +41,5 @@ def device(ctx, wrap, steps=3):
         ddp = remedies.ddp_wrap(model, local_device, wrapper=ctx.ddp)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
-        ctx.step(step)
-        x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
-        loss = F.mse_loss(ddp(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        regression_step(ctx, ddp, optimizer, step)
     return state_digest(model)
