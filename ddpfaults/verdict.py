@@ -153,9 +153,12 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
     failed.sort(key=lambda r: (r.failed_at if r.failed_at is not None else float("inf"), r.rank))
     primary = [r for r in failed if not r.collateral]
     if primary:
-        # ranks that raised the same error at the same step failed "together": name the lowest, not the quickest
-        first = min((r for r in primary if (r.error, r.last_step) == (primary[0].error, primary[0].last_step)),
-                    key=lambda r: r.rank)
+        # ranks that raised the same error (numbers aside: messages may name the rank) at the same step failed
+        # "together": name the lowest, not whichever was quickest
+        def how(r):
+            return (r.state, re.sub(r"\d+", "#", r.error or ""), r.last_step)
+
+        first = min((r for r in primary if how(r) == how(primary[0])), key=lambda r: r.rank)
         if first.state == RankState.DIED and "mismatch" in (first.error or "") and divergence is not None:
             odd = divergence.odd_ranks  # gloo aborts the *receiver*; the rank at fault is the one that diverged
             return odd[0], (

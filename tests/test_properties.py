@@ -498,6 +498,7 @@ def test_the_checkpoint_property_catches_the_naive_protocol():
 DETERMINISM = {
     "empty_batch[fixed]": (empty_batch, {"strategy": "fixed"}, empty_batch_plans(world_size=WORLD, steps=STEPS)),
     "empty_batch[criterion_skip]": (empty_batch, NAIVE_FIND_UNUSED, empty_batch_plans(world_size=WORLD, steps=STEPS)),
+    "empty_batch[early_return]": (empty_batch, NAIVE_NO_FIND_UNUSED, empty_batch_plans(world_size=WORLD, steps=STEPS)),
     "checkpoint[fixed]": (checkpoint_protocol, FIXED_PROTOCOL, CHECKPOINT_PLANS),
 }
 
@@ -530,6 +531,7 @@ def _twice(name: str, plan: FaultPlan, seed: int, stall: float = SAFE_STALL) -> 
     lambda name: st.tuples(st.just(name), DETERMINISM[name][2], SEEDS)))
 @example(case=("empty_batch[criterion_skip]", FaultPlan([EmptyBatch(rank=r, step=1) for r in (0, 1)]), 0))
 @example(case=("checkpoint[fixed]", FaultPlan([WriterKilledMidSave(writer=0, step=1)]), 0))
+@example(case=("empty_batch[early_return]", FaultPlan([EmptyBatch(rank=r, step=0) for r in range(WORLD)]), 0))
 def test_verdict_is_a_function_of_the_plan(case):
     """Property 4: the same plan and seed, run twice, give the same verdict, the same root-cause rank
     and the same root-cause text — for completing worlds (fixed), crashes found by a divergent
@@ -538,10 +540,10 @@ def test_verdict_is_a_function_of_the_plan(case):
     SIGABRT") is masked: any receiver of the mismatched collective may notice first, and which one does
     varies (measured); the rank at fault, the first divergent collective and the outcome do not.
 
-    Not asserted, because it does not hold (measured): with ``find_unused_parameters=False`` several
-    empty ranks raise the same "Expected to have finished reduction" at the same step, and the root
-    cause is whichever raised first: every rank empty at step 0 named ranks 0, 2, 1 and 3 across 8 runs
-    (3/1/3/1 times). Fixing it needs an engine change in ``verdict.root_cause`` (see the issue note).
+    With ``find_unused_parameters=False`` (early_return) several empty ranks raise the same "Expected to
+    have finished reduction" at the same step; whichever raised first used to be named (ranks 0, 2, 1, 3
+    across 8 runs). ``verdict.root_cause`` now names the lowest of ranks that failed the same way at the
+    same step, so that case is asserted too.
     """
     name, plan, seed = case
     event(name)

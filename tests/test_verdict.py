@@ -473,6 +473,6 @@ def test_a_completed_world_has_no_root_cause_even_when_sequences_differ():
 
 
 def test_ranks_raising_the_same_error_at_the_same_step_name_the_lowest_rank():
-    ranks = [rank(r, RankState.RAISED, error="RuntimeError: Expected to have finished reduction", last_step=0,
-                  failed_at=1.0 - r * 0.1) for r in range(4)]
+    ranks = [rank(r, RankState.RAISED, error=f"RuntimeError: Expected to have finished reduction ... for rank {r}: 7 8",
+                  last_step=0, failed_at=1.0 - r * 0.1) for r in range(4)]
     assert root_cause(ranks, None, "ended")[0] == 0
