@@ -340,7 +340,13 @@ class Judge:
 
 def _death_text(w: StoreRankWatch, output: str) -> str:
     """``died without reporting ...: <the most telling line it printed>; its last event: <a fault>``."""
-    if not w.hb:
+    last = next((e for e in reversed(w.events) if e["k"] != "terminated"), None)
+    signal_name = next((name for marker, name in _FATAL_SIGNALS if marker in output), None)
+    if last is not None and last["k"] == "fault" and str(last.get("how", "")).startswith("SIGKILLed"):
+        signal_name = "SIGKILL"  # the rank's own fault killed it; the fault's event says so before the kill
+    if signal_name:
+        text = f"was killed by {signal_name}"
+    elif not w.hb:
         text = "died while starting, without reporting (torchrun's log has its exit code)"
     else:
         text = "died without reporting: its heartbeat stopped (torchrun's log has its exit code or signal)"
@@ -350,7 +356,11 @@ def _death_text(w: StoreRankWatch, output: str) -> str:
         if found:
             text += f": {found[-1][:300]}"
             break
-    last = next((e for e in reversed(w.events) if e["k"] != "terminated"), None)
     if last is not None and last["k"] == "fault":
         text += f"; its last event: {last['fault']} {last['how']}"
     return text
+
+
+#: faulthandler's first line for a fatal signal, in a dead rank's copied stderr
+_FATAL_SIGNALS = (("Fatal Python error: Aborted", "SIGABRT"), ("Fatal Python error: Segmentation fault", "SIGSEGV"),
+                  ("Fatal Python error: Bus error", "SIGBUS"))
