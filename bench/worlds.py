@@ -22,16 +22,10 @@ def steps_of_all_reduce(ctx, steps=4):
 
 def ddp_steps(ctx, steps=3):
     """A few DDP steps of the tiny MLP (the non-detection toy model)."""
-    from ddpfaults.models import MLP
+    from ddpfaults.models import MLP, regression_step
 
     model = ctx.ddp(MLP(seed=ctx.seed))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    generator = torch.Generator().manual_seed(ctx.seed * 1000 + ctx.rank)
     for step in range(steps):
-        ctx.step(step)
-        x, y = torch.randn(8, 8, generator=generator), torch.randn(8, 2, generator=generator)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        regression_step(ctx, model, optimizer, step)
     return sum(p.detach().sum().item() for p in model.parameters())

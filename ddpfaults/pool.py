@@ -46,6 +46,7 @@ class RankSet:
         self.procs: list = []
         self.conns: list = []
         self.runs = 0
+        self.closed = False
 
     def start(self, job: Job, hide_main: bool) -> None:
         """Start the rank processes on their first job."""
@@ -85,7 +86,13 @@ class RankSet:
         return [p.pid for p in self.procs if p.pid is not None]
 
     def close(self) -> None:
-        """SIGKILL every rank's process group, wait until none of their processes is left, remove the dir."""
+        """SIGKILL every rank's process group, wait until none of their processes is left, remove the dir.
+
+        Idempotent: a second call (e.g. from a ``finally``) does nothing.
+        """
+        if self.closed:
+            return
+        self.closed = True
         pids = self.pids()
         census.POOLED.difference_update(pids)
         for conn in self.conns:

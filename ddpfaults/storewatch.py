@@ -29,8 +29,8 @@ import time
 
 from .results import RankResult, RankState, WorldResult
 from .verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
-from .watch import RankWatch
-from .world import _DEATH_HINTS, BUSY_CPU, OUTPUT_TAIL, PEER_EXIT_GRACE, _frame_text, _tail
+from .watch import RankWatch, frame_text, is_busy, tail, telling_line
+from .world import PEER_EXIT_GRACE, REASONS as ENGINE_REASONS
 
 TICK = 0.05  # seconds between a rank's heartbeats, and between the judge's looks at the store
 DEAD_AFTER = 3.0  # a started rank whose heartbeat stops this long died (a stuck GIL can starve it ~1 s)
@@ -39,9 +39,7 @@ TERM_GRACE = PEER_EXIT_GRACE  # after the agent's first SIGTERM, the judge waits
 STACK_WAIT = 1.0  # seconds to wait for the ranks' answers to a stack dump request
 
 REASONS = {
-    "ended": "every rank finished or failed",
-    "stall": "no progress for {stall:g} s and every live rank waiting on its peers",
-    "timeout": "hard timeout of {timeout:g} s reached",
+    **ENGINE_REASONS,
     "terminated": "torchrun's agent began stopping the ranks (a rank process exited abnormally, or torchrun "
                   "was interrupted)",
 }
@@ -143,7 +141,7 @@ class StoreRankWatch(RankWatch):
         """The tail of the rank's stderr copy, if it was written on this node (else "")."""
         if not self.output or self.host != socket.gethostname() or not os.path.exists(self.output):
             return ""
-        return _tail(self.output, OUTPUT_TAIL)
+        return tail(self.output)
 
     def dead(self, now: float, terminating: bool) -> bool:
         """True if the rank started, has not ended and its heartbeat stopped."""
@@ -244,9 +242,7 @@ class Judge:
                 return False  # still starting (importing torch, connecting)
             if w.waiting_in() is not None:
                 continue
-            busy = w.cpu is not None and w.cpu_at_progress is not None and (
-                (w.cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU)
-            if busy:
+            if is_busy(w.cpu, w.cpu_at_progress, w.last_progress, now):
                 return False  # computing: slow, not hung
             unsure.append(i)
         if unsure:
@@ -304,7 +300,7 @@ class Judge:
                 from .launch import main_thread_stack
 
                 res.stack = main_thread_stack(res.output.split("Fatal Python error", 1)[1], w.main_ident)
-                res.where = f"died in {_frame_text(res.stack)}"
+                res.where = f"died in {frame_text(res.stack)}"
         elif not w.events:
             res.where = "starting (no event yet)"
         else:
@@ -312,9 +308,9 @@ class Judge:
             if waiting is not None:
                 res.state, res.where = RankState.BLOCKED, f"in {waiting.describe()}"
             elif is_waiting_stack(w.stack):
-                res.state, res.where = RankState.BLOCKED, f"untraced wait: {_frame_text(w.stack)}"
+                res.state, res.where = RankState.BLOCKED, f"untraced wait: {frame_text(w.stack)}"
             else:
-                res.where = _frame_text(w.stack)
+                res.where = frame_text(w.stack)
             res.stack = w.stack
         return res
 
@@ -350,12 +346,9 @@ def _death_text(w: StoreRankWatch, output: str) -> str:
         text = "died while starting, without reporting (torchrun's log has its exit code)"
     else:
         text = "died without reporting: its heartbeat stopped (torchrun's log has its exit code or signal)"
-    lines = [line.strip() for line in output.splitlines() if not line.strip().startswith(("File ", "Fatal Python"))]
-    for hint in _DEATH_HINTS:
-        found = [line for line in lines if hint.search(line)]
-        if found:
-            text += f": {found[-1][:300]}"
-            break
+    line = telling_line(output)
+    if line:
+        text += f": {line}"
     if last is not None and last["k"] == "fault":
         text += f"; its last event: {last['fault']} {last['how']}"
     return text

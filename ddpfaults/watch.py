@@ -8,6 +8,46 @@ import re
 import time
 
 from .results import Collective
+from .verdict import innermost_frame
+
+BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
+OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
+#: how a dying rank's output says why, most telling first (gloo's mismatch abort, C++ enforce, any *Error)
+DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
+
+
+def is_busy(cpu: float | None, cpu_at_progress: float | None, last_progress: float, now: float) -> bool:
+    """True if a process used more than BUSY_CPU of a core since its last progress (computing, not waiting)."""
+    if cpu is None or cpu_at_progress is None:
+        return False
+    return (cpu - cpu_at_progress) / max(now - last_progress, 1e-3) > BUSY_CPU
+
+
+def frame_text(stack: str | None) -> str:
+    """The innermost frame of a stack as ``"file", line N in f`` (for the "where" column)."""
+    frame = innermost_frame(stack)
+    return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
+
+
+def telling_line(output: str) -> str | None:
+    """The line of a dead rank's output that best says why it died (None if nothing fits)."""
+    lines = [line.strip() for line in output.splitlines() if not line.strip().startswith(("File ", "Fatal Python"))]
+    for hint in DEATH_HINTS:
+        found = [line for line in lines if hint.search(line)]
+        if found:
+            return found[-1][:300]
+    return None
+
+
+def tail(path: str, lines: int = OUTPUT_TAIL) -> str:
+    """The last ``lines`` lines of a text file (at most its last 64 KiB); "" if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def cpu_seconds(pid: int) -> float | None:

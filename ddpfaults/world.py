@@ -6,7 +6,6 @@ import math
 import multiprocessing
 import os
 import pickle
-import re
 import shutil
 import signal
 import sys
@@ -17,16 +16,14 @@ from . import errors, pool
 from .faults import check_faults
 from .rank import Job
 from .results import RankResult, RankState, WorldResult
-from .verdict import first_divergence, innermost_frame, is_waiting_stack, mark_collateral, root_cause, world_outcome
-from .watch import RankWatch, cpu_seconds, main_thread
+from .verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
+from .watch import RankWatch, cpu_seconds, frame_text, is_busy, main_thread, tail, telling_line
 
 BACKENDS = ("gloo",)
 START_METHODS = ("forkserver", "spawn", "fork")
 PEER_FAILURES = ("exit", "linger")
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
-BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
-OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
 
 
 def run_world(
@@ -237,10 +234,8 @@ class _World:
                 return False  # still starting (importing torch...): busy, and not yet able to dump its stack
             if w.ended or w.waiting_in() is not None:
                 continue
-            cpu = cpu_seconds(self.procs[i].pid)
-            if cpu is not None and w.cpu_at_progress is not None:
-                if (cpu - w.cpu_at_progress) / max(now - w.last_progress, 1e-3) > BUSY_CPU:
-                    return False  # computing: slow, not hung
+            if is_busy(cpu_seconds(self.procs[i].pid), w.cpu_at_progress, w.last_progress, now):
+                return False  # computing: slow, not hung
             unsure.append(i)
         if unsure:
             self._collect_stacks(unsure)
@@ -281,7 +276,7 @@ class _World:
         if os.path.exists(result_path):
             with open(result_path, "rb") as f:
                 reported = pickle.load(f)
-        output = _tail(os.path.join(self.dir, f"rank{i}.out"), OUTPUT_TAIL)
+        output = tail(os.path.join(self.dir, f"rank{i}.out"))
         res = RankResult(rank=i, state=RankState.RUNNING, pid=proc.pid, last_step=w.step, collectives=w.collectives,
                          fired=w.fired, output=output, exitcode=proc.exitcode, stack=None,
                          events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events])
@@ -298,7 +293,7 @@ class _World:
             res.error = _death_text(proc.exitcode, output)
             if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
                 res.stack = main_thread(output.split("Fatal Python error", 1)[1])
-                res.where = f"died in {_frame_text(res.stack)}"
+                res.where = f"died in {frame_text(res.stack)}"
             # it died after its last event and before the launcher saw the exit: rank it by the earliest
             # possible time, so a peer's consequent error (seen before the exit was) is not taken for the cause
             died = [e["t"] for e in w.events if e["k"] != "exited"] or ([w.exit_time] if w.exit_time else [])
@@ -309,9 +304,9 @@ class _World:
                 res.state, res.where = RankState.BLOCKED, f"in {waiting.describe()}"
             elif is_waiting_stack(w.stack):
                 res.state = RankState.BLOCKED
-                res.where = f"untraced wait: {_frame_text(w.stack)}"
+                res.where = f"untraced wait: {frame_text(w.stack)}"
             else:
-                res.where = _frame_text(w.stack)
+                res.where = frame_text(w.stack)
             res.stack = w.stack
         if res.state in (RankState.FINISHED, RankState.RAISED) and proc.exitcode is None:
             lingering = "raised; lingering" if self.s["peer_failure"] == "linger" else "raised; exiting"
@@ -331,7 +326,7 @@ class _World:
             events.insert(0, {"k": "stall", "t": round(last, 6), "window": self.s["stall"]})
         return WorldResult(
             outcome=world_outcome(ranks, reason), ranks=ranks, root_cause=cause, root_rank=root_rank,
-            reason=_REASONS[reason].format(**self.s), elapsed=elapsed, world_size=self.n, events=events,
+            reason=REASONS[reason].format(**self.s), elapsed=elapsed, world_size=self.n, events=events,
             seed=self.s["seed"], backend=self.s["backend"], peer_failure=self.s["peer_failure"],
             start_method=self.s["start_method"], stall=self.s["stall"], timeout=self.s["timeout"],
             divergence=divergence.describe() if divergence else None, faults=[repr(f) for f in self.faults],
@@ -358,19 +353,11 @@ def _raise_on_sigterm():
     return signal.signal(signal.SIGTERM, terminate)
 
 
-_REASONS = {
+REASONS = {
     "ended": "every rank finished or failed",
     "stall": "no progress for {stall:g} s and every live rank waiting on its peers",
     "timeout": "hard timeout of {timeout:g} s reached",
 }
-
-
-def _frame_text(stack: str | None) -> str:
-    frame = innermost_frame(stack)
-    return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
-
-
-_DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
 
 
 def _death_text(exitcode: int | None, output: str) -> str:
@@ -383,19 +370,5 @@ def _death_text(exitcode: int | None, output: str) -> str:
         text = f"was killed by {name}"
     else:
         text = f"exited with code {exitcode} without reporting"
-    lines = [line.strip() for line in output.splitlines() if not line.strip().startswith(("File ", "Fatal Python"))]
-    for hint in _DEATH_HINTS:
-        found = [line for line in lines if hint.search(line)]
-        if found:
-            return f"{text}: {found[-1][:300]}"
-    return text
-
-
-def _tail(path: str, lines: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    line = telling_line(output)
+    return f"{text}: {line}" if line else text
