@@ -241,7 +241,7 @@ class _World:
             self._collect_stacks(unsure)
             if not all(is_waiting_stack(self.watches[i].stack) for i in unsure):
                 return False
-        self._collect_stacks(self._live())
+        self._collect_stacks([i for i in self._live() if i not in unsure])  # the unsure ones were just dumped
         return True
 
     def _collect_stacks(self, indices: list[int], wait: float = 1.0) -> None:
