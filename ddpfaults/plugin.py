@@ -26,7 +26,7 @@ import pytest
 from . import settings as ddps
 
 SETTINGS = pytest.StashKey[ddps.Settings]()  # the resolved settings of this run
-_START = pytest.StashKey[float]()  # when the item's run protocol began (pytest-timeout counts from there)
+_TIMER_FIRES = pytest.StashKey[float]()  # monotonic time at which pytest-timeout's armed timer will fire
 _WORLDS = pytest.StashKey[list]()  # item: world records not yet attached to a report
 
 
@@ -139,15 +139,9 @@ def _defaults(node) -> dict:
 
 
 def _deadline(item) -> float | None:
-    """How long a world may run before pytest-timeout would fire on ``item`` (None: it will not)."""
-    get = getattr(item.config.pluginmanager.get_plugin("timeout"), "_get_item_settings", None)
-    try:
-        limit = get(item).timeout if get else None
-    except (TypeError, ValueError):  # a bad timeout marker: pytest-timeout reports it itself
-        return None
-    if not limit or limit <= 0:
-        return None
-    return ddps.world_deadline(limit - (time.monotonic() - item.stash.get(_START, time.monotonic())))
+    """How long a world may run before pytest-timeout would fire on ``item`` (None: no timer is armed)."""
+    fires = item.stash.get(_TIMER_FIRES, None)
+    return None if fires is None else ddps.world_deadline(fires - time.monotonic())
 
 
 def _replay(item, seed: int) -> str:
@@ -270,11 +264,18 @@ def pytest_runtest_setup(item):
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item):
-    """Note when the item started, before pytest-timeout's timer starts."""
-    item.stash[_START] = time.monotonic()
-    return (yield)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """Note when pytest-timeout's timer for ``item`` will fire (for the whole item, or the call only with
+    ``func_only``); pytest-timeout itself still arms it."""
+    item.stash[_TIMER_FIRES] = time.monotonic() + settings.timeout
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_cancel_timer(item):
+    """Forget ``item``'s pytest-timeout timer once pytest-timeout cancels it."""
+    if _TIMER_FIRES in item.stash:
+        del item.stash[_TIMER_FIRES]
 
 
 @pytest.hookimpl(wrapper=True)

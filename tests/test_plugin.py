@@ -382,21 +382,26 @@ def test_expected_hang(ddp_world):
 
 def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks(user):
     """A world asked for 60 s under a 4 s pytest-timeout is capped and judged; a plain run_world that
-    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup."""
+    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup. The fork server is
+    started first by a fixture: how long a cold first start takes is not what these tests measure."""
     user.makepyfile(test_timeouts="""
 import os
 import pytest
 import ddpfaults
 import rankfns_user
 
-@pytest.mark.timeout(4)
-def test_capped(ddp_world, tmp_path):
+@pytest.fixture
+def started_fork_server():
+    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
+
+@pytest.mark.timeout(4, func_only=True)
+def test_capped(started_fork_server, ddp_world, tmp_path):
     result = ddp_world.run(rankfns_user.spin, world_size=2, timeout=60, args=(str(tmp_path),))
     assert result.outcome == "hung" and result.timeout < 4 * 0.9
     assert result.reason.startswith("hard timeout")
 
-@pytest.mark.timeout(2.5, method="signal")
-def test_signal_kill():
+@pytest.mark.timeout(2.5, method="signal", func_only=True)
+def test_signal_kill(started_fork_server):
     os.makedirs("pids", exist_ok=True)
     ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
 """)
@@ -407,14 +412,21 @@ def test_signal_kill():
 
 
 def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
+    """pytest-timeout's thread method ends the pytest process with ``os._exit`` while a world spins: its ranks
+    must still die. The fixture starts the fork server first (a cold first start can take longer than any
+    fixed timeout) and the timer covers the test function only, so both ranks are up when it fires."""
     user.makepyfile(test_thread="""
 import os
 import pytest
 import ddpfaults
 import rankfns_user
 
-@pytest.mark.timeout(3, method="thread")
-def test_thread_kill():
+@pytest.fixture
+def started_fork_server():
+    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
+
+@pytest.mark.timeout(3, method="thread", func_only=True)
+def test_thread_kill(started_fork_server):
     os.makedirs("pids", exist_ok=True)
     ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
 """)
