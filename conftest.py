@@ -1,20 +1,30 @@
 """Project-wide test set-up: every test is followed by an orphan census of the ranks it launched."""
 
 import pytest
-import torch  # noqa: F401  imported here once: pytester's in-process runs drop the modules they import,
-# and importing torch's C extensions a second time in one process crashes it
 
-from ddpfaults import census
+# imported here once: pytester's in-process runs drop the modules they import, and importing torch's C extensions
+# a second time in one process crashes it
+import torch  # noqa: F401
 
-try:  # Hypothesis profiles for tests/test_properties.py (hypothesis is optional): HYPOTHESIS_PROFILE=ci|deep
+from ddpfaults.engine import census
+
+try:  # Hypothesis profiles for tests/scenarios/test_properties.py (hypothesis is optional): HYPOTHESIS_PROFILE=ci|deep
     from hypothesis import HealthCheck, settings
 except ImportError:
     pass
 else:
-    settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True, database=None, print_blob=True,
-                              suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("deep", max_examples=200, deadline=None, print_blob=True,
-                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile(
+        "ci",
+        max_examples=20,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "deep", max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    )
     import os
 
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,4 +1,4 @@
-"""Property benchmark: examples per second of property 1 (tests/test_properties.py) on 4-rank worlds.
+"""Property benchmark: examples per second of property 1 (tests/scenarios/test_properties.py) on 4-rank worlds.
 
 Run:  python bench/bench_properties.py [--examples 30] [--repeat 5] [--mutant skip-criterion|no-joint-skip]
 
@@ -28,15 +28,22 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+# the property test module (tests/scenarios/test_properties.py), the helpers it imports (tests/support, which
+# pytest's pythonpath option provides under pytest) and the built-in scenarios (scenarios/, plain modules)
+for _directory in ("scenarios", os.path.join("tests", "support"), os.path.join("tests", "scenarios")):
+    sys.path.insert(0, os.path.join(ROOT, _directory))
 
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 MUTANTS = {
-    "skip-criterion": ('        if is_empty and strategy != "fixed":\n',
-                       '        if is_empty:  # MUTANT: the fixed empty rank skips the criterion\n'),
-    "no-joint-skip": ("                continue  # every rank skips together",
-                      "                pass  # MUTANT: no joint skip"),
+    "skip-criterion": (
+        '        if is_empty and strategy != "fixed":\n',
+        "        if is_empty:  # MUTANT: the fixed empty rank skips the criterion\n",
+    ),
+    "no-joint-skip": (
+        "                continue  # every rank skips together",
+        "                pass  # MUTANT: no joint skip",
+    ),
 }
 
 
@@ -44,21 +51,31 @@ def _load_profile(examples: int, mutant: bool) -> None:
     """A derandomised profile with ``examples`` examples, loaded before the test module reads it (for a
     mutant: generated examples only, so the counterexample is one Hypothesis found and shrank)."""
     phases = [Phase.generate, Phase.shrink] if mutant else list(Phase)
-    settings.register_profile("bench", max_examples=examples, deadline=None, derandomize=True, database=None,
-                              print_blob=False, report_multiple_bugs=False, phases=phases,
-                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile(
+        "bench",
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=False,
+        report_multiple_bugs=False,
+        phases=phases,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     settings.load_profile("bench")
 
 
 def _mutant(name: str):
     """The scenario's empty_batch with ``name``'s bug planted, loaded from a temp copy of its module."""
-    from ddpfaults.scenarios import scenario_empty_batch
+    import scenario_empty_batch
 
     with open(scenario_empty_batch.__file__) as f:
         source = f.read()
     old, new = MUTANTS[name]
     if source.count(old) != 1:
-        sys.exit(f"cannot plant {name}: the line {old.strip()!r} is not in {scenario_empty_batch.__file__} exactly once")
+        sys.exit(
+            f"cannot plant {name}: the line {old.strip()!r} is not in {scenario_empty_batch.__file__} exactly once"
+        )
     path = os.path.join(tempfile.mkdtemp(prefix="ddpfaults-mutant-"), f"mutant_{name.replace('-', '_')}.py")
     with open(path, "w") as f:
         f.write(source.replace(old, new))
@@ -87,7 +104,7 @@ def baseline(repeat: int) -> tuple[float, float]:
     """Median wall time of the fixed trainer's world: fault-free plan (warm), one empty batch (cold)."""
     from ddpfaults import run_world
     from ddpfaults.faults import EmptyBatch
-    from ddpfaults.scenarios.scenario_empty_batch import empty_batch
+    from scenario_empty_batch import empty_batch
 
     run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"})  # start the fork server, pool a world
     warm, cold = [], []
@@ -98,8 +115,9 @@ def baseline(repeat: int) -> tuple[float, float]:
         assert result.outcome == "completed" and result.warm, result.report()
     for _ in range(repeat):
         t0 = time.perf_counter()
-        result = run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"}, reuse=False,
-                           faults=[EmptyBatch(rank=1, step=1)])
+        result = run_world(
+            empty_batch, world_size=4, kwargs={"strategy": "fixed"}, reuse=False, faults=[EmptyBatch(rank=1, step=1)]
+        )
         cold.append(time.perf_counter() - t0)
         assert result.outcome == "completed", result.report()
     return statistics.median(warm), statistics.median(cold)
@@ -121,8 +139,10 @@ def main() -> int:
         test_properties.FIXED_EMPTY_BATCH = (_mutant(args.mutant), {"strategy": "fixed"})
     else:
         warm, cold = baseline(args.repeat)
-        print(f"baseline (median of {args.repeat}): fault-free plan {warm * 1000:.0f} ms (warm world), "
-              f"one-fault plan {cold * 1000:.0f} ms (cold world) = {1 / cold:.1f} worlds/s")
+        print(
+            f"baseline (median of {args.repeat}): fault-free plan {warm * 1000:.0f} ms (warm world), "
+            f"one-fault plan {cold * 1000:.0f} ms (cold world) = {1 / cold:.1f} worlds/s"
+        )
 
     property_test = test_properties.test_fixed_empty_batch_completes_bit_equal_to_the_oracle
     t0 = time.perf_counter()
@@ -137,10 +157,12 @@ def main() -> int:
     examples = len(faulted)
     if failure is None:
         rest = wall - sum(faulted) - sum(oracle)
-        print(f"property 1: {examples} examples in {wall:.2f} s = {examples / wall:.2f} examples/s "
-              f"({wall / examples * 1000:.0f} ms each: faulted world {statistics.mean(faulted) * 1000:.0f} ms, "
-              f"oracle world {statistics.mean(oracle) * 1000:.0f} ms, single-process oracle + Hypothesis "
-              f"{rest / examples * 1000:.0f} ms)")
+        print(
+            f"property 1: {examples} examples in {wall:.2f} s = {examples / wall:.2f} examples/s "
+            f"({wall / examples * 1000:.0f} ms each: faulted world {statistics.mean(faulted) * 1000:.0f} ms, "
+            f"oracle world {statistics.mean(oracle) * 1000:.0f} ms, single-process oracle + Hypothesis "
+            f"{rest / examples * 1000:.0f} ms)"
+        )
         if args.mutant:
             print(f"the mutant {args.mutant} was NOT caught")
             return 1

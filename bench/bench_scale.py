@@ -18,8 +18,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ddpfaults import census, run_world  # noqa: E402
 import worlds  # noqa: E402
+from ddpfaults import run_world
+from ddpfaults.engine import census  # noqa: E402
 
 
 def _memory_kib(pid: int) -> tuple[int, int]:
@@ -73,11 +74,14 @@ def main() -> None:
     for n in args.sizes:
         with PeakMemory() as memory:
             t0 = time.perf_counter()
-            result = run_world(worlds.ddp_steps, world_size=n, kwargs={"steps": args.steps}, timeout=300, stall=10,
-                               reuse=False)
+            result = run_world(
+                worlds.ddp_steps, world_size=n, kwargs={"steps": args.steps}, timeout=300, stall=10, reuse=False
+            )
             wall = time.perf_counter() - t0
-        print(f"{n:>6}  {wall:>7.2f}  {wall / n:>7.3f}  {memory.peak_pss / 2**20:>12.2f}  "
-              f"{memory.peak_rss / 2**20:>12.2f}  {result.outcome}")
+        print(
+            f"{n:>6}  {wall:>7.2f}  {wall / n:>7.3f}  {memory.peak_pss / 2**20:>12.2f}  "
+            f"{memory.peak_rss / 2**20:>12.2f}  {result.outcome}"
+        )
     print("goal for 64 ranks: <= 20 s and <= 12 GiB")
 
 

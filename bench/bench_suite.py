@@ -1,7 +1,7 @@
 """P3: the whole built-in scenario suite under pytest, without and with pytest-xdist.
 
 Run:  python bench/bench_suite.py [--repeat 1]
-Times `pytest -p ddpfaults ddpfaults/scenarios/` with -n 0 and -n 2 (wall time of the whole
+Times `pytest -p ddpfaults scenarios/` with -n 0 and -n 2 (wall time of the whole
 pytest process, fork server start included), warm worlds on (default) and off, and prints the
 ratio against the -n 0 run measured here.
 """
@@ -21,9 +21,25 @@ def run_suite(workers: int, reuse: bool) -> tuple[float, str]:
     """Wall seconds of one pytest run of the built-in scenarios, and its summary line."""
     env = {**os.environ, "DDPFAULTS_REUSE": "1" if reuse else "0"}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "ddpfaults", "ddpfaults/scenarios/", "-q",
-                           "-n", str(workers), "-p", "no:randomly"], cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "ddpfaults",
+            "scenarios/",
+            "-q",
+            "-n",
+            str(workers),
+            "-p",
+            "no:randomly",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
     return wall, (lines[-1] if lines else done.stdout[-300:])
@@ -34,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    print("P3 built-in scenario suite (pytest -p ddpfaults ddpfaults/scenarios/), wall seconds  [goal <= 45 s]")
+    print("P3 built-in scenario suite (pytest -p ddpfaults scenarios/), wall seconds  [goal <= 45 s]")
     baseline = None
     for reuse in (True, False):
         for workers in (0, 2):
@@ -44,8 +60,10 @@ def main() -> None:
                 walls.append(wall)
             best = min(walls)
             baseline = baseline or best
-            print(f"   -n {workers}  warm worlds {'on ' if reuse else 'off'}  {best:6.1f} s  "
-                  f"({best / baseline:.2f}x the -n 0 warm run)  {summary.strip()}")
+            print(
+                f"   -n {workers}  warm worlds {'on ' if reuse else 'off'}  {best:6.1f} s  "
+                f"({best / baseline:.2f}x the -n 0 warm run)  {summary.strip()}"
+            )
 
 
 if __name__ == "__main__":

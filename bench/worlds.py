@@ -22,7 +22,7 @@ def steps_of_all_reduce(ctx, steps=4):
 
 def ddp_steps(ctx, steps=3):
     """A few DDP steps of the tiny MLP (the non-detection toy model)."""
-    from ddpfaults.models import MLP, regression_step
+    from ddpfaults.toy.models import MLP, regression_step
 
     model = ctx.ddp(MLP(seed=ctx.seed))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

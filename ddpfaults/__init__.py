@@ -7,31 +7,47 @@ Importing the package is cheap (pytest loads its plugin on every run); names tha
 torch are imported on first use.
 """
 
-from .errors import DDPFaultsError
-from .results import Outcome, RankResult, RankState, WorldResult
-from .scenario import Check, Expect, RunOptions, ScenarioError, scenario, variant
+from ddpfaults.errors import DDPFaultsError
+from ddpfaults.judge.results import Collective, Divergence, FiredFault, Outcome, RankResult, RankState, WorldResult
+from ddpfaults.scenario import Check, Expect, ScenarioError, scenario, variant
+from ddpfaults.spec import RunSpec, StopReason
 
 
 def pytest_addhooks(pluginmanager):
     """``pytest -p ddpfaults`` from a source checkout (no entry point installed) registers this package:
     register the real plugin module then. Installed, the entry point registers ``ddpfaults.plugin`` under
     the name ``ddpfaults`` and this package is never registered as a plugin."""
-    from . import plugin
+    from ddpfaults import plugin
 
     if not pluginmanager.is_registered(plugin):
         pluginmanager.register(plugin, "ddpfaults.plugin")
 
 
-_LAZY = {"run_world": "world"}
+_LAZY = {"run_world": "engine.launcher"}
 
 __all__ = [
-    "Check", "DDPFaultsError", "Expect", "Outcome", "RankResult", "RankState", "RunOptions", "ScenarioError",
-    "WorldResult", "run_world", "scenario", "variant",
+    "Check",
+    "Collective",
+    "DDPFaultsError",
+    "Divergence",
+    "Expect",
+    "FiredFault",
+    "Outcome",
+    "RankResult",
+    "RankState",
+    "RunSpec",
+    "ScenarioError",
+    "StopReason",
+    "WorldResult",
+    "run_world",
+    "scenario",
+    "variant",
 ]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
+    """``run_world`` on first use (importing it imports torch)."""
     if name in _LAZY:
         import importlib
 

@@ -8,9 +8,10 @@ import importlib.util
 import os
 import sys
 
-from . import faults as faults_module
-from .errors import DDPFaultsError
-from .world import run_world
+from ddpfaults import faults as faults_module
+from ddpfaults.engine.launcher import run_world
+from ddpfaults.errors import DDPFaultsError
+from ddpfaults.spec import PARAM
 
 
 def _load_function(spec: str):
@@ -45,12 +46,23 @@ def _parse_faults(text: str | None) -> list:
 
 
 def _world_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--world-size", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--stall", type=float, default=2.0)
-    parser.add_argument("--peer-failure", choices=("exit", "linger"), default="exit")
-    parser.add_argument("--start-method", choices=("forkserver", "spawn", "fork"), default="forkserver")
+    """The run spec's settings as options; defaults and choices come from :mod:`ddpfaults.spec`."""
+    for name, kind in (
+        ("world_size", int),
+        ("seed", int),
+        ("timeout", float),
+        ("stall", float),
+        ("peer_failure", None),
+        ("start_method", None),
+    ):
+        param = PARAM[name]
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=param.default,
+            choices=param.choices or None,
+            help=f"{param.kind} (default {param.default})",
+        )
     parser.add_argument("--json", metavar="PATH", help="also write the world result as JSON to PATH")
 
 
@@ -69,8 +81,17 @@ def _parse_kwargs(text: str | None) -> dict:
 
 
 def _run_and_report(fn, args, faults, expect: str | None, kwargs=None) -> int:
-    result = run_world(fn, world_size=args.world_size, faults=faults, kwargs=kwargs, seed=args.seed, timeout=args.timeout,
-                       stall=args.stall, peer_failure=args.peer_failure, start_method=args.start_method)
+    result = run_world(
+        fn,
+        world_size=args.world_size,
+        faults=faults,
+        kwargs=kwargs,
+        seed=args.seed,
+        timeout=args.timeout,
+        stall=args.stall,
+        peer_failure=args.peer_failure,
+        start_method=args.start_method,
+    )
     print(result.report())
     if args.json:
         with open(args.json, "w") as f:
@@ -86,15 +107,19 @@ def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m ddpfaults", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a 4-rank DDP world where rank 2 skips the last logging all_reduce; expect hung")
+    demo = sub.add_parser(
+        "demo", help="run a 4-rank DDP world where rank 2 skips the last logging all_reduce; expect hung"
+    )
     _world_args(demo)
     run = sub.add_parser("run", help="run (or replay) a rank function: FILE.py:NAME or MODULE:NAME")
     run.add_argument("function")
     run.add_argument("--faults", help="a Python list of faults, e.g. '[RankCrash(rank=1, step=2)]'")
-    run.add_argument("--kwargs", help="keyword arguments for the function, a Python dict literal, e.g. \"{'steps': 3}\"")
+    run.add_argument(
+        "--kwargs", help="keyword arguments for the function, a Python dict literal, e.g. \"{'steps': 3}\""
+    )
     run.add_argument("--expect", choices=("completed", "hung", "crashed"))
     _world_args(run)
-    from . import matrix
+    from ddpfaults import matrix
 
     matrix.add_parser(sub)
     html = sub.add_parser("html", help="render a report JSON (--ddpfaults-report) as one self-contained HTML page")
@@ -105,19 +130,20 @@ def main(argv=None) -> int:
         if args.command == "matrix":
             return matrix.main(args)
         if args.command == "html":
-            from .html import write_html
-            from .reportfile import read_document
+            from ddpfaults.report.document import read_document
+            from ddpfaults.report.html import write_html
 
             output = args.output or os.path.splitext(args.report)[0] + ".html"
             print(write_html(output, read_document(args.report)))
             return 0
         if args.command == "demo":
-            from .demo import train
+            from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
             return _run_and_report(train, args, plan, expect="hung")
-        return _run_and_report(_load_function(args.function), args, _parse_faults(args.faults), args.expect,
-                               _parse_kwargs(args.kwargs))
+        return _run_and_report(
+            _load_function(args.function), args, _parse_faults(args.faults), args.expect, _parse_kwargs(args.kwargs)
+        )
     except DDPFaultsError as exc:
         print(f"ddpfaults: error: {exc}", file=sys.stderr)
         return 2

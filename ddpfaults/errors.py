@@ -41,5 +41,38 @@ class FaultError(DDPFaultsError, ValueError):
     """A fault is invalid: a bad argument, or a rank/step outside the world it was given to."""
 
 
-class FaultNeverFired(DDPFaultsError):
+class ExpectationFailed(DDPFaultsError):
+    """A world did not do what its ``Expect`` says; ``mismatches`` lists every difference."""
+
+    def __init__(self, mismatches):
+        self.mismatches = list(mismatches)
+        super().__init__("; ".join(map(str, self.mismatches)))
+
+
+class FaultNeverFired(ExpectationFailed):
     """A fault that a scenario required to fire never did: the scenario, not the code under test, is wrong."""
+
+
+class MarkerError(ConfigError):
+    """A ``ddpfaults(...)`` marker has an unknown keyword, a positional argument, or a bad value."""
+
+
+class DeadlineError(ConfigError):
+    """pytest-timeout leaves a test too little time to run a world and reap it."""
+
+
+class ScenarioError(DDPFaultsError):
+    """A scenario declaration is invalid (bad expect, variant, fault or option); names the scenario."""
+
+
+class ReportFileError(DDPFaultsError):
+    """A report document cannot be read or written, or is not a valid ``ddpfaults.report`` document."""
+
+
+class ScenarioMismatch(DDPFaultsError):
+    """A test's world did not do what was expected; the message is the failure pytest shows (mismatches, the
+    expectation, the world's report)."""
+
+
+class OrphanRanks(DDPFaultsError):
+    """Rank processes (or their children) outlived their world: an engine bug, reported after killing them."""

@@ -13,7 +13,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .scenario import RunOptions, discover
+from ddpfaults.scenario import discover
+from ddpfaults.spec import RunSpec
 
 COLUMNS = ("scenario", "variant", "expected", "observed", "root cause", "seconds", "ok")
 
@@ -37,17 +38,31 @@ class Row:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict."""
-        return {"scenario": self.scenario, "variant": self.variant, "expected": self.expected,
-                "observed": self.observed, "root_cause": self.root_cause, "seconds": round(self.seconds, 2),
-                "ok": self.ok, "mismatches": self.mismatches}
+        return {
+            "scenario": self.scenario,
+            "variant": self.variant,
+            "expected": self.expected,
+            "observed": self.observed,
+            "root_cause": self.root_cause,
+            "seconds": round(self.seconds, 2),
+            "ok": self.ok,
+            "mismatches": self.mismatches,
+        }
 
 
-def run_case(case, options: RunOptions) -> Row:
+def run_case(case, options: RunSpec) -> Row:
     """Run one case and compare it with its expectation."""
     started = time.monotonic()
     result = case.run(options)
-    return Row(case.scenario.name, case.variant.name if case.variant else "", case.expect.describe(),
-               str(result.outcome), result.root_cause, time.monotonic() - started, case.expect.mismatches(result))
+    return Row(
+        case.scenario.name,
+        case.variant.name if case.variant else "",
+        case.expect.describe(),
+        str(result.outcome),
+        result.root_cause,
+        time.monotonic() - started,
+        [str(m) for m in case.expect.mismatches(result)],
+    )
 
 
 def _cell(text: str, width: int = 120) -> str:
@@ -62,8 +77,15 @@ def markdown_header() -> str:
 
 def markdown_row(row: Row) -> str:
     """One table line."""
-    cells = [row.scenario, row.variant, row.expected, row.observed, row.root_cause, f"{row.seconds:.2f}",
-             "yes" if row.ok else "**MISMATCH**"]
+    cells = [
+        row.scenario,
+        row.variant,
+        row.expected,
+        row.observed,
+        row.root_cause,
+        f"{row.seconds:.2f}",
+        "yes" if row.ok else "**MISMATCH**",
+    ]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -86,12 +108,12 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     """Run the matrix for parsed ``args``; returns the exit code (bad input raises DDPFaultsError)."""
-    from .errors import DDPFaultsError
+    from ddpfaults.errors import DDPFaultsError
 
     cases = discover(args.paths or None)
     if not cases:
         raise DDPFaultsError(f"no scenarios found in {' '.join(args.paths) or 'the built-ins'}")
-    options = RunOptions(seed=args.seed)
+    options = RunSpec(seed=args.seed)
     started, rows = time.monotonic(), []
     if not args.json:
         print(markdown_header(), flush=True)
@@ -100,8 +122,16 @@ def main(args) -> int:
         if not args.json:
             print(markdown_row(rows[-1]), flush=True)
     if args.json:
-        print(json.dumps({"rows": [r.to_dict() for r in rows], "ok": all(r.ok for r in rows),
-                          "seconds": round(time.monotonic() - started, 2)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "rows": [r.to_dict() for r in rows],
+                    "ok": all(r.ok for r in rows),
+                    "seconds": round(time.monotonic() - started, 2),
+                },
+                indent=2,
+            )
+        )
     else:
         print(summary(rows, time.monotonic() - started))
     sys.stdout.flush()

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import shlex
 import sys
 import time
 
 import pytest
 
-from . import settings as ddps
+from ddpfaults import settings as ddps
+from ddpfaults.errors import MarkerError, OrphanRanks, ScenarioMismatch
 
 SETTINGS = pytest.StashKey[ddps.Settings]()  # the resolved settings of this run
 _TIMER_FIRES = pytest.StashKey[float]()  # monotonic time at which pytest-timeout's armed timer will fire
@@ -31,6 +31,7 @@ _WORLDS = pytest.StashKey[list]()  # item: world records not yet attached to a r
 
 
 # -- configuration ----------------------------------------------------------------------------
+
 
 def pytest_addoption(parser):
     """Options and ini keys, one ``ddpfaults`` group."""
@@ -52,6 +53,7 @@ def pytest_report_header(config):
 
 # -- collection of scenario modules ----------------------------------------------------------
 
+
 def pytest_collect_file(file_path, parent):
     """Collect files matching the scenario patterns as :class:`ScenarioModule`."""
     patterns = parent.config.stash[SETTINGS].scenario_files
@@ -65,13 +67,13 @@ class ScenarioModule(pytest.Module):
 
     def collect(self):
         """One :class:`ScenarioItem` per case; a case invalid for its world size is a collection error."""
-        from .scenario import RunOptions, scenarios_in
+        from ddpfaults.scenario import scenarios_in
 
         module = self.obj
-        options = RunOptions(**_defaults(self))
+        spec = _spec(self)
         for declared in scenarios_in(module):
             for case in declared.cases():
-                case.world_kwargs(options)  # raises ScenarioError for faults that do not fit the world
+                case.resolve(spec)  # raises ScenarioError for settings or faults that do not fit the world
                 item = ScenarioItem.from_parent(self, name=case.id, case=case)
                 for mark in _marks_of(declared.fn):
                     item.add_marker(mark)
@@ -79,9 +81,9 @@ class ScenarioModule(pytest.Module):
 
     def repr_failure(self, excinfo):
         """A ddpfaults error while importing or checking the module: one line naming the file."""
-        from .errors import DDPFaultsError
+        from ddpfaults.errors import DDPFaultsError
 
-        if isinstance(excinfo.value, (DDPFaultsError, ddps.MarkerError)):
+        if isinstance(excinfo.value, DDPFaultsError):
             return f"{self.path}: {type(excinfo.value).__name__}: {excinfo.value}"
         return super().repr_failure(excinfo)
 
@@ -89,10 +91,6 @@ class ScenarioModule(pytest.Module):
 def _marks_of(fn) -> list:
     marks = getattr(fn, "pytestmark", [])
     return list(marks) if isinstance(marks, (list, tuple)) else [marks]
-
-
-class ScenarioMismatch(Exception):
-    """A world did not do what was expected; carries the text shown as the failure."""
 
 
 class ScenarioItem(pytest.Item):
@@ -104,12 +102,7 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self):
         """Run the case with this run's settings and marker, capped to fit pytest-timeout."""
-        from .scenario import RunOptions
-
-        options = RunOptions(**_defaults(self))
-        kwargs = self.case.world_kwargs(options)
-        timeout, stall = ddps.cap(kwargs["timeout"], kwargs["stall"], _deadline(self))
-        result = self.case.run(options, timeout=timeout, stall=stall)
+        result = self.case.run(_spec(self), fit=lambda spec: ddps.fit(spec, _remaining(self)))
         try:
             _check(self, result, self.case.expect)
         finally:
@@ -117,11 +110,11 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):
         """The mismatch and the world's report, or a one-line ddpfaults error; never plugin frames."""
-        from .errors import DDPFaultsError
+        from ddpfaults.errors import DDPFaultsError
 
         if isinstance(excinfo.value, ScenarioMismatch):
             return str(excinfo.value)
-        if isinstance(excinfo.value, (DDPFaultsError, ddps.MarkerError, ddps.DeadlineError, OrphanRanks)):
+        if isinstance(excinfo.value, DDPFaultsError):
             return f"ddpfaults: {type(excinfo.value).__name__}: {excinfo.value}"
         return super().repr_failure(excinfo, style)
 
@@ -133,54 +126,70 @@ class ScenarioItem(pytest.Item):
 
 # -- running worlds: settings, marker, pytest-timeout, recording --------------------------------
 
-def _defaults(node) -> dict:
-    """This node's run defaults: the settings overlaid by its ``ddpfaults`` markers."""
-    return ddps.run_defaults(node.config.stash[SETTINGS], ddps.marker_values(node.iter_markers("ddpfaults")))
+
+def _spec(node):
+    """This node's run spec: the settings overlaid by its ``ddpfaults`` markers."""
+    return ddps.run_spec(node.config.stash[SETTINGS], ddps.marker_values(node.iter_markers("ddpfaults")))
 
 
-def _deadline(item) -> float | None:
-    """How long a world may run before pytest-timeout would fire on ``item`` (None: no timer is armed)."""
+def _remaining(item) -> float | None:
+    """Seconds until pytest-timeout's timer fires on ``item`` (None: no timer is armed)."""
     fires = item.stash.get(_TIMER_FIRES, None)
-    return None if fires is None else ddps.world_deadline(fires - time.monotonic())
+    return None if fires is None else fires - time.monotonic()
 
 
 def _replay(item, seed: int) -> str:
     """``pytest -p ddpfaults 'path::id' --ddpfaults-seed=N`` plus any world option given on the command line."""
     path = os.path.relpath(item.path, item.config.invocation_params.dir)
-    node = path + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else path
+    node = path + item.nodeid[item.nodeid.index("::") :] if "::" in item.nodeid else path
     settings = item.config.stash[SETTINGS]
-    extra = [f"{ddps.BY_NAME[n].cli}={getattr(settings, n)}" for n in ("world_size", "timeout", "stall",
-             "peer_failure", "start_method") if settings.source(n) != "default"
-             and not settings.source(n).startswith("ini")]
+    extra = [
+        f"{ddps.BY_NAME[n].cli}={getattr(settings, n)}"
+        for n in ("world_size", "timeout", "stall", "peer_failure", "start_method")
+        if settings.source(n) != "default" and not settings.source(n).startswith("ini")
+    ]
     return " ".join(["pytest -p ddpfaults", shlex.quote(node), f"--ddpfaults-seed={seed}", *extra])
 
 
 def _check(item, result, expect) -> None:
     """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect``."""
+    from ddpfaults.errors import ExpectationFailed
+
     result.replay = _replay(item, result.seed)
-    mismatches = expect.mismatches(result) if expect is not None else []
-    record = {"nodeid": item.nodeid, "expect": expect.describe() if expect is not None else None,
-              "mismatches": mismatches, "result": result.to_dict()}
+    try:
+        if expect is not None:
+            expect.verify(result)
+        mismatches = []
+    except ExpectationFailed as failed:
+        mismatches = [str(m) for m in failed.mismatches]
+    record = {
+        "nodeid": item.nodeid,
+        "expect": expect.describe() if expect is not None else None,
+        "mismatches": mismatches,
+        "result": result.to_dict(),
+    }
     item.stash.setdefault(_WORLDS, []).append(record)
-    item.user_properties += [("ddpfaults.verdict", str(result.outcome)), ("ddpfaults.world_size", result.world_size),
-                             ("ddpfaults.seed", result.seed), ("ddpfaults.seconds", f"{result.elapsed:.2f}")]
+    item.user_properties += [
+        ("ddpfaults.verdict", str(result.outcome)),
+        ("ddpfaults.world_size", result.world_size),
+        ("ddpfaults.seed", result.seed),
+        ("ddpfaults.seconds", f"{result.elapsed:.2f}"),
+    ]
     if expect is not None:
         item.user_properties.append(("ddpfaults.expect", expect.describe()))
     if mismatches:
-        head, _ = split_report(result)
+        head, _ = _report(result)
         raise ScenarioMismatch("\n".join([*mismatches, f"expected: {expect.describe()}", "", head]))
 
 
-_BLOCK = re.compile(r"\n\n--- (.+?) ---\n")
+def _report(result) -> tuple[str, list[tuple[str, str]]]:
+    """The world's report as (first screen, with the replay line; [(section title, text)])."""
+    from ddpfaults.judge.results import report_parts
 
-
-def split_report(result) -> tuple[str, list[tuple[str, str]]]:
-    """The world's report as (first screen: verdict, root cause, rank table, seed and replay; [(title, text)]
-    sections: each hung rank's stack, each root traceback, each rank's output tail)."""
-    head, *parts = _BLOCK.split(result.report())
+    head, sections = report_parts(result)
     if result.replay and result.replay not in head:
         head += f"\nreplay: {result.replay}"
-    return head, [(f"ddpfaults: {title}", text.rstrip()) for title, text in zip(parts[::2], parts[1::2])]
+    return head, [(f"ddpfaults: {title}", text.rstrip()) for title, text in sections]
 
 
 class DDPWorld:
@@ -199,32 +208,26 @@ class DDPWorld:
         test with the world's report.
         """
         __tracebackhide__ = True
-        from .scenario import Expect
-        from .world import run_world
+        from ddpfaults.engine.launcher import run_world
+        from ddpfaults.errors import DeadlineError
+        from ddpfaults.scenario import Expect
+        from ddpfaults.spec import PARAM
 
-        params = _defaults(self._item)
-        for key in list(params):
-            value = kwargs.pop(key, None)
-            if value is not None:
-                params[key] = value
-        if world_size is not None:
-            params["world_size"] = world_size
-        if self._item.config.stash[SETTINGS].seed_pinned:
-            params["seed"] = self._item.config.stash[SETTINGS].seed
+        settings = self._item.config.stash[SETTINGS]
+        declared = {name: kwargs.pop(name) for name in list(kwargs) if name in PARAM}
+        spec = _spec(self._item).replace(world_size=world_size, **declared)
+        if settings.seed_pinned:
+            spec = spec.replace(seed=settings.seed)
         try:
-            params["timeout"], params["stall"] = ddps.cap(params["timeout"], params["stall"], _deadline(self._item))
-            result = run_world(fn, faults=faults, **params, **kwargs)
+            spec = ddps.fit(spec, _remaining(self._item))
+            result = run_world(fn, world_size=spec.world_size, faults=faults, spec=spec, **kwargs)
             self.results.append(result)
             _check(self._item, result, Expect.parse(expect) if expect is not None else None)
-        except (ScenarioMismatch, ddps.DeadlineError) as exc:
+        except (ScenarioMismatch, DeadlineError) as exc:
             failure = str(exc)
         else:
             return result
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
-
-
-class OrphanRanks(Exception):
-    """Rank processes (or their children) outlived their world: an engine bug, reported after killing them."""
 
 
 def _reap(results) -> None:
@@ -232,7 +235,7 @@ def _reap(results) -> None:
     the engine keeps warm in its pool on purpose), and say so."""
     import signal
 
-    from . import census
+    from ddpfaults.engine import census
 
     warm = getattr(census, "POOLED", set())
     left = census.survivors([r.pid for world in results for r in world.ranks if r.pid and r.pid not in warm])
@@ -255,12 +258,13 @@ def ddp_world(request):
 
 # -- per-item hooks ---------------------------------------------------------------------------
 
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """A bad ``ddpfaults`` marker is a clean error naming the keyword."""
     try:
         ddps.marker_values(item.iter_markers("ddpfaults"))
-    except ddps.MarkerError as exc:
+    except MarkerError as exc:
         pytest.fail(str(exc), pytrace=False)
 
 
@@ -286,10 +290,10 @@ def pytest_runtest_makereport(item):
     records, item.stash[_WORLDS] = item.stash.get(_WORLDS, []), []
     report.ddpfaults_worlds = records
     if report.failed and records:
-        from .results import WorldResult
+        from ddpfaults.judge.results import WorldResult
 
         for i, record in enumerate(records, 1):
-            head, sections = split_report(WorldResult.from_dict(record["result"]))
+            head, sections = _report(WorldResult.from_dict(record["result"]))
             if not record["mismatches"]:  # a mismatch already shows the head as the failure itself
                 sections.insert(0, (f"ddpfaults: world {i} of {len(records)}", head))
             report.sections += sections
@@ -298,12 +302,13 @@ def pytest_runtest_makereport(item):
 
 def pytest_sessionfinish(session):
     """Close the engine's pool of warm worlds in this process (controller or xdist worker), if it was used."""
-    pool = sys.modules.get("ddpfaults.pool")
+    pool = sys.modules.get("ddpfaults.engine.pool")
     if pool is not None and hasattr(pool, "close_all"):
         pool.close_all()
 
 
 # -- end of session: JSON report and terminal summary (controller, or no xdist) -----------------
+
 
 class _Collector:
     """Registered per run: keeps every world that comes back in a report, then writes the summary and JSON."""
@@ -319,16 +324,16 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
-        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/1`` document)
+        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/2`` document)
         and ``--ddpfaults-html`` (the same worlds as one swimlane page)."""
         worlds, nodeids = [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records]
         here = str(self.config.invocation_params.dir)
         if self.settings.report:
-            from .reportfile import write_document
+            from ddpfaults.report.document import write_document
 
             write_document(os.path.join(here, self.settings.report), worlds, nodeids)
         if self.settings.html:
-            from .html import write_html
+            from ddpfaults.report.html import write_html
 
             write_html(os.path.join(here, self.settings.html), worlds, nodeids)
 
@@ -344,13 +349,15 @@ class _Collector:
         plural = "world" if len(worlds) == 1 else "worlds"
         tr.write_line(f"{len(worlds)} {plural}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
         slowest = sorted(worlds, key=lambda r: -r["result"]["elapsed"])[:3]
-        tr.write_line("slowest: " + "; ".join(
-            f"{r['result']['elapsed']:.2f} s {r['nodeid']} ({r['result']['outcome']})" for r in slowest))
+        tr.write_line(
+            "slowest: "
+            + "; ".join(f"{r['result']['elapsed']:.2f} s {r['nodeid']} ({r['result']['outcome']})" for r in slowest)
+        )
         for kind, path in (("JSON report", self.settings.report), ("HTML report", self.settings.html)):
             if path:
                 tr.write_line(f"{kind}: {path}")
         if self.settings.show and self.config.get_verbosity() > 0:
-            from .results import WorldResult
+            from ddpfaults.judge.results import WorldResult
 
             for outcome, record in self.records:
                 if outcome == "passed":

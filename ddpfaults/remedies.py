@@ -17,7 +17,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from .data import PER_SCENE_FIELDS, fake_target_like
+from ddpfaults.toy.data import PER_SCENE_FIELDS, fake_target_like
 
 
 def empty_rank_count(is_empty: bool, *, group=None) -> int:

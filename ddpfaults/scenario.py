@@ -24,27 +24,12 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from .errors import DDPFaultsError, FaultError
-from .faults import Fault, check_faults
-from .results import Outcome, WorldResult
+from ddpfaults.errors import DDPFaultsError, ExpectationFailed, FaultError, FaultNeverFired, ScenarioError
+from ddpfaults.faults import Fault, check_faults
+from ddpfaults.judge.results import Outcome, WorldResult
+from ddpfaults.spec import RunSpec
 
 ATTRIBUTE = "__ddpfaults_scenario__"
-
-
-class ScenarioError(DDPFaultsError):
-    """A scenario declaration is invalid (bad expect, variant, fault or option); names the scenario."""
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Defaults for everything a scenario does not declare itself (resolved from pytest options or the CLI)."""
-
-    world_size: int = 4
-    timeout: float = 60.0
-    stall: float = 2.0
-    seed: int = 0
-    peer_failure: str = "exit"
-    start_method: str = "forkserver"
 
 
 _EXPECT_TEXT = re.compile(
@@ -84,8 +69,8 @@ class Expect:
             ) from None
 
     @classmethod
-    def parse(cls, value) -> "Expect":
-        """Accept an Expect, an outcome, or text like ``"crashed with KeyError on rank 0"`` / ``"hung in all_reduce"``."""
+    def parse(cls, value) -> Expect:
+        """An Expect from an Expect, an outcome, or text such as ``"crashed with KeyError on rank 0"``."""
         if isinstance(value, Expect):
             return value
         if isinstance(value, Outcome):
@@ -117,36 +102,78 @@ class Expect:
             text += " (replicas bit-equal)"
         return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
 
-    def mismatches(self, result: WorldResult) -> list[str]:
+    def mismatches(self, result: WorldResult) -> list[Mismatch]:
         """Every way ``result`` differs from this expectation (empty list: it matched)."""
         found = []
         if result.outcome != self.outcome:
-            found.append(f"expected {self.outcome}, observed {result.outcome}")
+            found.append(Mismatch("outcome", f"expected {self.outcome}, observed {result.outcome}"))
         if self.rank is not None and result.root_rank != self.rank:
-            found.append(f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}")
+            found.append(
+                Mismatch("rank", f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}")
+            )
+        root = result.ranks[result.root_rank] if result.root_rank is not None else None
         if self.error is not None:
-            root = result.ranks[result.root_rank] if result.root_rank is not None else None
             error = (root.error or "") if root is not None else ""
             if not (error.startswith(self.error) or f"{self.error}:" in error or self.error in result.root_cause):
-                found.append(f"expected error {self.error}, observed {error or result.root_cause!r}")
+                found.append(Mismatch("error", f"expected error {self.error}, observed {error or result.root_cause!r}"))
         if self.collective is not None:
-            where = " ".join(filter(None, [result.root_cause, result.divergence]))
-            if self.collective not in where:
-                found.append(f"expected the collective {self.collective} in the root cause, observed {where!r}")
+            ops = result.divergence.ops() if result.divergence is not None else set()
+            ops |= {c.op for c in (root.collectives if root is not None else []) if not c.done}
+            if self.collective not in ops:
+                found.append(
+                    Mismatch(
+                        "collective",
+                        f"expected the collective {self.collective} at fault, observed "
+                        f"{sorted(ops) or 'none'} ({result.root_cause})",
+                    )
+                )
         if self.root_cause is not None and self.root_cause not in result.root_cause:
-            found.append(f"expected the root cause to mention {self.root_cause!r}, observed {result.root_cause!r}")
+            found.append(
+                Mismatch(
+                    "root_cause",
+                    f"expected the root cause to mention {self.root_cause!r}, observed {result.root_cause!r}",
+                )
+            )
         if self.values_equal and result.outcome == Outcome.COMPLETED and len(set(map(repr, result.values))) != 1:
-            found.append(f"expected every rank to return the same value, observed {result.values!r}")
+            found.append(
+                Mismatch("values", f"expected every rank to return the same value, observed {result.values!r}")
+            )
         if self.faults_fire:
-            fired = " ".join(result.fired)
-            for fault in result.faults:
-                if fault not in fired:
-                    found.append(f"FaultNeverFired: {fault} never fired — the scenario does not exercise it")
+            fired = {f.index for f in result.fired}
+            found += [
+                Mismatch(
+                    "fault_never_fired", f"FaultNeverFired: {fault} never fired — the scenario does not exercise it"
+                )
+                for i, fault in enumerate(result.faults)
+                if i not in fired
+            ]
         for check in self.checks:
             problem = check(result)
             if problem:
-                found.append(f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
+                found.append(
+                    Mismatch("check", f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
+                )
         return found
+
+    def verify(self, result: WorldResult) -> None:
+        """Raise :class:`~ddpfaults.errors.FaultNeverFired` if the only problem is a fault that never fired,
+        :class:`~ddpfaults.errors.ExpectationFailed` for any other mismatch; return if ``result`` matched."""
+        found = self.mismatches(result)
+        if found:
+            kind = FaultNeverFired if all(m.kind == "fault_never_fired" for m in found) else ExpectationFailed
+            raise kind(found)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One way a world differed from its expectation: what differed (``outcome``, ``rank``, ``error``,
+    ``collective``, ``root_cause``, ``values``, ``fault_never_fired``, ``check``) and how, in words."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -177,14 +204,21 @@ class Variant:
     stall: float | None = None
 
 
-def variant(name: str, *, expect=None, faults=None, kwargs=None, world_size=None, peer_failure=None,
-            timeout=None, stall=None) -> Variant:
+def variant(
+    name: str, *, expect=None, faults=None, kwargs=None, world_size=None, peer_failure=None, timeout=None, stall=None
+) -> Variant:
     """Declare a variant of a scenario; ``kwargs`` are passed to the rank function."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
     return Variant(
-        name, Expect.parse(expect) if expect is not None else None,
-        tuple(faults) if faults is not None else None, dict(kwargs or {}), world_size, peer_failure, timeout, stall,
+        name,
+        Expect.parse(expect) if expect is not None else None,
+        tuple(faults) if faults is not None else None,
+        dict(kwargs or {}),
+        world_size,
+        peer_failure,
+        timeout,
+        stall,
     )
 
 
@@ -192,7 +226,7 @@ def variant(name: str, *, expect=None, faults=None, kwargs=None, world_size=None
 class Case:
     """One runnable item: a scenario, or one variant of it."""
 
-    scenario: "Scenario"
+    scenario: Scenario
     variant: Variant | None
 
     @property
@@ -214,34 +248,35 @@ class Case:
         """The fault plan of this case."""
         return self._pick("faults")
 
-    def world_kwargs(self, options: RunOptions) -> dict:
-        """The ``run_world`` keyword arguments: declared values first, then ``options``."""
-        world_size = self._pick("world_size") or options.world_size
+    def resolve(self, defaults: RunSpec) -> CaseRun:
+        """What this case runs with: declared values first, then ``defaults``; ScenarioError naming the case."""
+        declared = {name: self._pick(name) for name in ("world_size", "timeout", "stall", "peer_failure")}
         try:
-            faults = check_faults(self.faults, world_size)
-        except FaultError as exc:
+            spec = defaults.replace(**declared)
+            faults = check_faults(self.faults, spec.world_size)
+        except DDPFaultsError as exc:
             raise ScenarioError(f"scenario {self.id}: {exc}") from None
-        return dict(
-            world_size=world_size, faults=faults, seed=options.seed,
-            timeout=self._pick("timeout") or options.timeout, stall=self._pick("stall") or options.stall,
-            peer_failure=self._pick("peer_failure") or options.peer_failure, start_method=options.start_method,
-            kwargs={**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})},
+        return CaseRun(spec, faults, {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})})
+
+    def run(self, defaults: RunSpec | None = None, *, fit=None) -> WorldResult:
+        """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
+        timeout (a runner's own limit, e.g. pytest-timeout's)."""
+        from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
+
+        plan = self.resolve(defaults or RunSpec())
+        spec = fit(plan.spec) if fit is not None else plan.spec
+        return run_world(
+            self.scenario.fn, world_size=spec.world_size, faults=plan.faults, kwargs=plan.kwargs, spec=spec
         )
 
-    def run(self, options: RunOptions = RunOptions(), *, timeout: float | None = None,
-            stall: float | None = None) -> WorldResult:
-        """Run this case in a real world and return its result.
 
-        ``timeout``/``stall`` override even declared values (a runner's own deadline, e.g. pytest-timeout's).
-        """
-        from .world import run_world  # torch is imported only when a world runs
+@dataclass(frozen=True)
+class CaseRun:
+    """A case resolved against run defaults: the world's spec, its fault plan, the function's keyword arguments."""
 
-        kwargs = self.world_kwargs(options)
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if stall is not None:
-            kwargs["stall"] = stall
-        return run_world(self.scenario.fn, **kwargs)
+    spec: RunSpec
+    faults: tuple
+    kwargs: dict
 
 
 @dataclass(frozen=True)
@@ -265,8 +300,18 @@ class Scenario:
         return [Case(self, v) for v in self.variants] or [Case(self, None)]
 
 
-def scenario(*, world_size=None, faults=(), expect="completed", variants=(), peer_failure=None, timeout=None,
-             stall=None, kwargs=None, name=None):
+def scenario(
+    *,
+    world_size=None,
+    faults=(),
+    expect="completed",
+    variants=(),
+    peer_failure=None,
+    timeout=None,
+    stall=None,
+    kwargs=None,
+    name=None,
+):
     """Declare a module-level rank function as a scenario (see the module docstring)."""
 
     def declare(fn):
@@ -282,9 +327,17 @@ def scenario(*, world_size=None, faults=(), expect="completed", variants=(), pee
             if world_size is not None:
                 check_faults(declared_faults, world_size)
             declared = Scenario(
-                fn=fn, name=label, expect=Expect.parse(expect), faults=declared_faults, world_size=world_size,
-                peer_failure=peer_failure, timeout=timeout, stall=stall, kwargs=dict(kwargs or {}),
-                variants=tuple(variants), doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+                fn=fn,
+                name=label,
+                expect=Expect.parse(expect),
+                faults=declared_faults,
+                world_size=world_size,
+                peer_failure=peer_failure,
+                timeout=timeout,
+                stall=stall,
+                kwargs=dict(kwargs or {}),
+                variants=tuple(variants),
+                doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
             )
             names = [v.name for v in declared.variants]
             if len(set(names)) != len(names):
@@ -334,8 +387,12 @@ def load_module(path: str):
 
 
 def builtin_dir() -> str:
-    """The directory holding the built-in scenario modules."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+    """The directory holding the built-in scenario modules: the repository's top-level ``scenarios/``, which the
+    wheel (and an editable install) maps to the package ``ddpfaults.builtin_scenarios``."""
+    spec = importlib.util.find_spec("ddpfaults.builtin_scenarios")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios")  # a bare checkout
 
 
 def discover(paths=None, pattern: str = "scenario_*.py") -> list[Case]:
@@ -354,5 +411,16 @@ def discover(paths=None, pattern: str = "scenario_*.py") -> list[Case]:
     return [case for f in files for s in scenarios_in(load_module(f)) for case in s.cases()]
 
 
-__all__ = ["Check", "Expect", "RunOptions", "Scenario", "ScenarioError", "Case", "Variant", "scenario", "variant",
-           "discover", "scenarios_in", "load_module"]
+__all__ = [
+    "Check",
+    "Expect",
+    "Scenario",
+    "ScenarioError",
+    "Case",
+    "Variant",
+    "scenario",
+    "variant",
+    "discover",
+    "scenarios_in",
+    "load_module",
+]

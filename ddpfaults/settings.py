@@ -15,7 +15,6 @@ This module imports neither torch nor the engine (it is loaded on every pytest s
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,44 +22,17 @@ from typing import Any
 
 import pytest
 
-from .scenario import RunOptions
+from ddpfaults.errors import ConfigError, DeadlineError, MarkerError
+from ddpfaults.spec import PARAM, RunSpec, parse_bool
 
-_RUN = RunOptions()  # the library's defaults, shared with the matrix command
-PEER_FAILURES = ("exit", "linger")
-START_METHODS = ("forkserver", "spawn", "fork")
 TEARDOWN_SLACK = 2.0  # seconds a world needs after its deadline: stack dumps, judging, killing
 PYTEST_TIMEOUT_SHARE = 0.9  # a world may use this share of the time pytest-timeout leaves the item
 
 
-def _int(low: int | None):
-    def parse(text: str) -> int:
-        value = int(text)
-        if low is not None and value < low:
-            raise ValueError
-        return value
-    return parse
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0 or math.isinf(value):
-        raise ValueError
-    return value
-
-
-def _choice(choices: tuple[str, ...]):
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError
-        return text
-    return parse
-
-
-def _bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ValueError
-    return lowered in ("1", "true", "yes", "on")
+def _param(name: str) -> Callable[[str], Any]:
+    """The run spec's reading of ``name`` from text (ValueError, a ConfigError, on a bad value)."""
+    param = PARAM[name]
+    return lambda text: param.validate(param.parse(text))
 
 
 def _patterns(text: str) -> tuple[str, ...]:
@@ -97,26 +69,52 @@ class Option:
         return "DDPFAULTS_" + self.name.upper()
 
 
-_POSITIVE = "a positive number of seconds"
+def _run_option(name: str, help: str, metavar: str) -> Option:
+    """An option that sets a field of the run spec: its default, parser and kind come from the spec."""
+    param = PARAM[name]
+    return Option(
+        name,
+        _param(name),
+        param.default,
+        param.kind,
+        f"{help} (default {param.default:g})"
+        if isinstance(param.default, float)
+        else f"{help} (default {param.default})",
+        metavar,
+    )
+
+
 OPTIONS = (
-    Option("world_size", _int(1), _RUN.world_size, "an int >= 1",
-           "ranks per world unless a scenario or marker declares it (default 4)", "N"),
-    Option("timeout", _seconds, _RUN.timeout, _POSITIVE, "hard wall-clock cap of a world in seconds (default 60)", "SECONDS"),
-    Option("stall", _seconds, _RUN.stall, _POSITIVE, "seconds without progress, every live rank waiting, after which "
-           "a world is judged hung (default 2)", "SECONDS"),
-    Option("seed", _int(None), _RUN.seed, "an int", "seed of every world; from the command line or DDPFAULTS_SEED it "
-           "overrides markers and scenarios too, for replay (default 0)", "N"),
-    Option("peer_failure", _choice(PEER_FAILURES), _RUN.peer_failure, "exit or linger", "what a failed rank does unless "
-           "declared: exit (gloo-native) or linger (NCCL-like: peers hang) (default exit)", "MODE"),
-    Option("start_method", _choice(START_METHODS), _RUN.start_method, "forkserver, spawn or fork",
-           "how rank processes start (default forkserver)", "METHOD"),
+    _run_option("world_size", "ranks per world unless a scenario or marker declares it", "N"),
+    _run_option("timeout", "hard wall-clock cap of a world in seconds", "SECONDS"),
+    _run_option(
+        "stall", "seconds without progress, every live rank waiting, after which a world is judged hung", "SECONDS"
+    ),
+    _run_option(
+        "seed",
+        "seed of every world; from the command line or DDPFAULTS_SEED it overrides markers and "
+        "scenarios too, for replay",
+        "N",
+    ),
+    _run_option(
+        "peer_failure",
+        "what a failed rank does unless declared: exit (gloo-native) or linger (NCCL-like: peers hang)",
+        "MODE",
+    ),
+    _run_option("start_method", "how rank processes start", "METHOD"),
     Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
-    Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page",
-           "PATH.html"),
-    Option("scenario_files", _patterns, ("scenario_*.py",), "glob patterns", "glob patterns (space separated) of "
-           "scenario modules to collect (default scenario_*.py)", "GLOBS"),
-    Option("show", _bool, False, "true or false", "with -v, also print the world report of passing items",
-           flag=True),
+    Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page", "PATH.html"),
+    Option(
+        "scenario_files",
+        _patterns,
+        ("scenario_*.py",),
+        "glob patterns",
+        "glob patterns (space separated) of scenario modules to collect (default scenario_*.py)",
+        "GLOBS",
+    ),
+    Option(
+        "show", parse_bool, False, "true or false", "with -v, also print the world report of passing items", flag=True
+    ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -125,12 +123,12 @@ BY_NAME = {option.name: option for option in OPTIONS}
 class Settings:
     """The resolved settings of one pytest run (``sources`` says where each value came from)."""
 
-    world_size: int = _RUN.world_size
-    timeout: float = _RUN.timeout
-    stall: float = _RUN.stall
-    seed: int = _RUN.seed
-    peer_failure: str = _RUN.peer_failure
-    start_method: str = _RUN.start_method
+    world_size: int = PARAM["world_size"].default
+    timeout: float = PARAM["timeout"].default
+    stall: float = PARAM["stall"].default
+    seed: int = PARAM["seed"].default
+    peer_failure: str = PARAM["peer_failure"].default
+    start_method: str = PARAM["start_method"].default
     report: str | None = None
     html: str | None = None
     scenario_files: tuple = ("scenario_*.py",)
@@ -146,10 +144,24 @@ class Settings:
         """True if the seed came from the command line or the environment: it then beats markers and scenarios."""
         return self.source("seed").startswith(("--", "DDPFAULTS_"))
 
+    @property
+    def spec(self) -> RunSpec:
+        """These settings as the run spec of a world that declares nothing itself."""
+        return RunSpec(
+            world_size=self.world_size,
+            timeout=self.timeout,
+            stall=self.stall,
+            seed=self.seed,
+            peer_failure=self.peer_failure,
+            start_method=self.start_method,
+        )
+
     def header(self) -> str:
         """One line for pytest's report header."""
-        return (f"ddpfaults: world_size={self.world_size} timeout={self.timeout:g}s stall={self.stall:g}s "
-                f"seed={self.seed} peer_failure={self.peer_failure} start_method={self.start_method}")
+        return (
+            f"ddpfaults: world_size={self.world_size} timeout={self.timeout:g}s stall={self.stall:g}s "
+            f"seed={self.seed} peer_failure={self.peer_failure} start_method={self.start_method}"
+        )
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -180,14 +192,16 @@ def resolve(config: pytest.Config) -> Settings:
         try:
             values[option.name] = True if raw is True else option.parse(str(raw).strip())
         except ValueError:
-            raise pytest.UsageError(
-                f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind})") from None
+            raise pytest.UsageError(f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind})") from None
         sources.append((option.name, where))
     settings = Settings(**values, sources=tuple(sources))
-    if settings.stall >= settings.timeout:
+    try:
+        settings.spec  # noqa: B018 - the combination must be a valid spec (stall below timeout)
+    except ConfigError:
         raise pytest.UsageError(
             f"ddpfaults: stall {settings.stall:g} s (from {settings.source('stall')}) must be shorter than "
-            f"timeout {settings.timeout:g} s (from {settings.source('timeout')})")
+            f"timeout {settings.timeout:g} s (from {settings.source('timeout')})"
+        ) from None
     return settings
 
 
@@ -200,73 +214,44 @@ MARKER_LINE = (
 )
 
 
-class MarkerError(ValueError):
-    """A ``ddpfaults(...)`` marker has an unknown keyword, a positional argument, or a bad value."""
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-_MARKER_CHECKS = {
-    "world_size": (lambda v: _number(v) and isinstance(v, int) and v >= 1, "an int >= 1"),
-    "timeout": (lambda v: _number(v) and 0 < v < math.inf, _POSITIVE),
-    "stall": (lambda v: _number(v) and 0 < v < math.inf, _POSITIVE),
-    "peer_failure": (lambda v: v in PEER_FAILURES, "exit or linger"),
-    "seed": (lambda v: _number(v) and isinstance(v, int), "an int"),
-}
-
-
 def marker_values(markers) -> dict:
     """Merge ``ddpfaults`` markers, closest first (the closest wins), into checked keyword values."""
     merged: dict = {}
     for mark in markers:
         if mark.args:
-            raise MarkerError(f"ddpfaults marker takes keywords only ({', '.join(MARKER_KEYS)}), "
-                              f"got positional {mark.args!r}")
+            raise MarkerError(
+                f"ddpfaults marker takes keywords only ({', '.join(MARKER_KEYS)}), got positional {mark.args!r}"
+            )
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
                 raise MarkerError(f"ddpfaults marker: unknown keyword {key!r} (known: {', '.join(MARKER_KEYS)})")
             merged.setdefault(key, value)
     for key, value in merged.items():
-        valid, kind = _MARKER_CHECKS[key]
-        if not valid(value):
-            raise MarkerError(f"ddpfaults marker: {key}={value!r} (expected {kind})")
+        if not PARAM[key].check(value):
+            raise MarkerError(f"ddpfaults marker: {key}={value!r} (expected {PARAM[key].kind})")
     return merged
 
 
 # -- composing what one world runs with ----------------------------------------------------------
 
-def run_defaults(settings: Settings, marks: dict) -> dict:
-    """Defaults for a world of one test: the settings, overlaid by its marker; a pinned seed beats the marker."""
-    defaults = {name: getattr(settings, name) for name in
-                ("world_size", "timeout", "stall", "seed", "peer_failure", "start_method")}
-    defaults.update(marks)
-    if settings.seed_pinned:
-        defaults["seed"] = settings.seed
-    return defaults
+
+def run_spec(settings: Settings, marks: dict) -> RunSpec:
+    """The run spec of one test's worlds: the settings, overlaid by its marker; a pinned seed beats the marker."""
+    spec = settings.spec.replace(**marks)
+    return spec.replace(seed=settings.seed) if settings.seed_pinned else spec
 
 
-class DeadlineError(ValueError):
-    """pytest-timeout leaves a test too little time to run a world and reap it."""
-
-
-def world_deadline(remaining: float | None) -> float | None:
-    """The longest a world may run when pytest-timeout leaves ``remaining`` seconds to the item (None: no limit).
-
-    The world's own deadline must fire first, with time left to dump stacks, judge and kill.
-    """
+def fit(spec: RunSpec, remaining: float | None) -> RunSpec:
+    """``spec`` with its timeout shortened so the world ends (stacks dumped, judged, killed) before pytest-timeout
+    fires, ``remaining`` seconds from now (None: no pytest-timeout timer)."""
     if remaining is None:
-        return None
-    return PYTEST_TIMEOUT_SHARE * remaining - TEARDOWN_SLACK
-
-
-def cap(timeout: float, stall: float, deadline: float | None) -> tuple[float, float]:
-    """``(timeout, stall)`` shortened to fit ``deadline``; stall stays below timeout."""
-    if deadline is None or timeout <= deadline:
-        return timeout, stall
+        return spec
+    deadline = PYTEST_TIMEOUT_SHARE * remaining - TEARDOWN_SLACK
+    if spec.timeout <= deadline:
+        return spec
     if deadline < 1.0:
-        left = (deadline + TEARDOWN_SLACK) / PYTEST_TIMEOUT_SHARE
-        raise DeadlineError(f"pytest-timeout leaves this test {left:.1f} s: too little to run a world and reap its "
-                            f"ranks before pytest-timeout fires; raise the test's timeout")
-    return deadline, min(stall, deadline / 2)
+        raise DeadlineError(
+            f"pytest-timeout leaves this test {remaining:.1f} s: too little to run a world and reap "
+            f"its ranks before pytest-timeout fires; raise the test's timeout"
+        )
+    return spec.capped(deadline)

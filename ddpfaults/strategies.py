@@ -27,17 +27,23 @@ import importlib.util
 import os
 import shlex
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import hypothesis.strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from . import faults as _faults
-from .faults import EmptyBatch, Fault, FaultError
+from ddpfaults import faults as _faults
+from ddpfaults.faults import EmptyBatch, Fault, FaultError
 
 __all__ = [
-    "FaultPlan", "plan_namespace", "fault_plans", "whole_step_plans", "plan_union", "empty_batch_plans",
-    "replay", "replay_command",
+    "FaultPlan",
+    "plan_namespace",
+    "fault_plans",
+    "whole_step_plans",
+    "plan_union",
+    "empty_batch_plans",
+    "replay",
+    "replay_command",
 ]
 
 
@@ -81,7 +87,7 @@ class FaultPlan:
     def __hash__(self) -> int:
         return hash(self.faults)
 
-    def __add__(self, other: Iterable[Fault]) -> "FaultPlan":
+    def __add__(self, other: Iterable[Fault]) -> FaultPlan:
         return FaultPlan(self.faults + tuple(other))
 
     def __repr__(self) -> str:
@@ -93,8 +99,9 @@ class FaultPlan:
 
     def ranks_at(self, step: int, *, world_size: int, kind: type = Fault) -> frozenset:
         """The ranks of a ``world_size`` world that a fault of ``kind`` applies to at ``step``."""
-        return frozenset(r for r in range(world_size) if any(isinstance(f, kind) and f.applies(r, step)
-                                                               for f in self.faults))
+        return frozenset(
+            r for r in range(world_size) if any(isinstance(f, kind) and f.applies(r, step) for f in self.faults)
+        )
 
     def steps_of(self, kind: type = Fault) -> tuple:
         """The sorted steps named by faults of ``kind`` (faults without steps are not counted)."""
@@ -105,16 +112,20 @@ class FaultPlan:
         lines = []
         for step in range(steps):
             ranks = sorted(self.ranks_at(step, world_size=world_size, kind=kind))
-            text = "every rank" if len(ranks) == world_size else ("none" if not ranks else
-                                                                  "ranks " + ", ".join(map(str, ranks)))
+            text = (
+                "every rank"
+                if len(ranks) == world_size
+                else ("none" if not ranks else "ranks " + ", ".join(map(str, ranks)))
+            )
             lines.append(f"step {step}: {text}")
         return "\n".join(lines)
 
 
 def plan_namespace() -> dict:
     """The names ``eval`` needs to rebuild a plan from its repr: every public fault class and FaultPlan."""
-    names = {k: v for k, v in vars(_faults).items() if isinstance(v, type) and issubclass(v, Fault)
-             and not k.startswith("_")}
+    names = {
+        k: v for k, v in vars(_faults).items() if isinstance(v, type) and issubclass(v, Fault) and not k.startswith("_")
+    }
     return {**names, "FaultPlan": FaultPlan}
 
 
@@ -205,7 +216,12 @@ def fault_plans(
 
 
 def whole_step_plans(
-    *, world_size: int, steps, kind: type = EmptyBatch, max_steps: int | None = None, min_steps: int = 0,
+    *,
+    world_size: int,
+    steps,
+    kind: type = EmptyBatch,
+    max_steps: int | None = None,
+    min_steps: int = 0,
 ) -> SearchStrategy[FaultPlan]:
     """Plans in which each chosen step has ``kind`` on every rank (e.g. every rank's batch empty).
 
@@ -220,7 +236,9 @@ def whole_step_plans(
     if not 0 <= min_steps <= max_steps:
         raise FaultError(f"min_steps must be in 0..{max_steps}, got {min_steps!r}")
     chosen = st.lists(st.sampled_from(step_choices), min_size=min_steps, max_size=max_steps, unique=True)
-    return chosen.map(lambda ss: FaultPlan(kind(**{kind.rank_arg: r, "step": s}) for s in ss for r in range(world_size)))
+    return chosen.map(
+        lambda ss: FaultPlan(kind(**{kind.rank_arg: r, "step": s}) for s in ss for r in range(world_size))
+    )
 
 
 def plan_union(*strategies: SearchStrategy) -> SearchStrategy[FaultPlan]:
@@ -230,8 +248,14 @@ def plan_union(*strategies: SearchStrategy) -> SearchStrategy[FaultPlan]:
     return st.tuples(*strategies).map(lambda plans: sum(plans, FaultPlan()))
 
 
-def empty_batch_plans(*, world_size: int, steps, max_faults: int | None = None, whole_steps: bool = True,
-                      max_whole_steps: int | None = None) -> SearchStrategy[FaultPlan]:
+def empty_batch_plans(
+    *,
+    world_size: int,
+    steps,
+    max_faults: int | None = None,
+    whole_steps: bool = True,
+    max_whole_steps: int | None = None,
+) -> SearchStrategy[FaultPlan]:
     """Plans of :class:`~ddpfaults.faults.EmptyBatch`: scattered empty ranks, plus (``whole_steps``)
     steps on which every rank is empty — which a plan of scattered cells would almost never draw.
 
@@ -267,8 +291,9 @@ def replay_command(fn, plan: Iterable[Fault], **world) -> str:
     their values must have a ``repr`` that rebuilds them (ints, floats, strings, dicts, tuples).
     """
     plan = plan if isinstance(plan, FaultPlan) else FaultPlan(plan)
-    args = ", ".join([repr(_function_spec(fn)), f"faults={plan.faults_text()!r}",
-                      *(f"{k}={v!r}" for k, v in world.items())])
+    args = ", ".join(
+        [repr(_function_spec(fn)), f"faults={plan.faults_text()!r}", *(f"{k}={v!r}" for k, v in world.items())]
+    )
     return f"python -c {shlex.quote(f'from ddpfaults.strategies import replay; replay({args})')}"
 
 
@@ -296,7 +321,7 @@ def _load(spec: str):
 
 def replay(spec: str, *, faults: str = "[]", **world):
     """Rerun the world :func:`replay_command` describes, print its report and return its result."""
-    from .world import run_world
+    from ddpfaults.engine.launcher import run_world
 
     plan = FaultPlan(eval(faults, plan_namespace()))  # noqa: S307 - the text is a plan's own repr
     result = run_world(_load(spec), faults=plan, **world)

@@ -1,0 +1,312 @@
+"""The local launcher: start N rank processes, observe them through their files, judge, leave nothing behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from ddpfaults import errors
+from ddpfaults.engine import pool
+from ddpfaults.faults import check_faults
+from ddpfaults.judge import loop
+from ddpfaults.judge.results import WorldResult, describe_function
+from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
+from ddpfaults.rank.main import Job
+from ddpfaults.spec import RunSpec, StopReason
+
+STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
+
+
+def run_world(
+    fn,
+    *,
+    world_size: int,
+    faults=(),
+    args=(),
+    kwargs=None,
+    timeout: float | None = None,
+    stall: float | None = None,
+    seed: int | None = None,
+    backend: str | None = None,
+    peer_failure: str | None = None,
+    start_method: str | None = None,
+    threads: int | None = None,
+    reuse: bool | None = None,
+    spec: RunSpec | None = None,
+) -> WorldResult:
+    """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
+
+    Settings left out (None) come from ``spec``, else the :class:`~ddpfaults.spec.RunSpec` defaults (timeout
+    60 s, stall 2 s, seed 0, gloo, peer_failure exit, forkserver, 1 thread). ``timeout`` is the hard
+    wall-clock cap; ``stall`` the window without progress after which a world whose live ranks all wait on
+    their peers is judged hung. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
+    "Connection closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
+    ``reuse`` runs on a warm world of the same shape if one is pooled, and pools this one if it stays healthy
+    (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``).
+    """
+    if reuse is None:
+        reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
+    spec = (spec or RunSpec()).replace(
+        timeout=timeout,
+        stall=stall,
+        seed=seed,
+        backend=backend,
+        threads=threads,
+        peer_failure=peer_failure,
+        start_method=start_method,
+        reuse=reuse,
+    )
+    spec = dataclasses.replace(spec, world_size=world_size)  # required: None is an error here, not "unset"
+    if spec.backend != "gloo":
+        raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
+    faults = check_faults(faults, spec.world_size)
+    payload = _pickle_payload(fn, args, kwargs or {})
+    return _LocalWorld(fn, payload, faults, spec, kwargs_repr=repr(dict(kwargs)) if kwargs else "").run()
+
+
+def _pickle_payload(fn, args, kwargs) -> bytes:
+    if not callable(fn):
+        raise errors.FunctionNotRunnable(f"fn must be a callable, got {fn!r}")
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise errors.FunctionNotRunnable(
+            f"fn {qualname!r} cannot run in a rank process: a lambda or a function defined inside another "
+            f"function cannot be pickled by reference; define it at module level"
+        )
+    try:
+        return pickle.dumps((fn, tuple(args), dict(kwargs)))
+    except Exception as exc:
+        raise errors.FunctionNotRunnable(
+            f"fn {qualname!r} or its args cannot be pickled for the rank processes: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+class _LocalWorld(loop.Observer):
+    """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
+
+    def __init__(self, fn, payload: bytes, faults: tuple, spec: RunSpec, kwargs_repr: str):
+        self.fn, self.payload, self.faults, self.spec, self.kwargs_repr = fn, payload, faults, spec, kwargs_repr
+        self.ranks: pool.RankSet | None = None
+        self.watches: list[RankWatch] = []
+        self.dir = None
+        self.warm = False
+        self.sentinels: dict = {}
+
+    @property
+    def procs(self) -> list:
+        """The rank processes, in rank order."""
+        return self.ranks.procs
+
+    # -- life cycle ---------------------------------------------------------------------
+    def run(self) -> WorldResult:
+        """Start (or reuse), watch, judge; then pool the world if healthy, else kill every rank."""
+        previous = _raise_on_sigterm()
+        keep = False
+        try:
+            self._start()
+            reason = loop.watch(self, self.spec)
+            result = loop.judge(
+                self,
+                self.spec,
+                reason,
+                start_method=self.spec.start_method,
+                faults=[repr(f) for f in self.faults],
+                function=describe_function(self.fn),
+                warm=self.warm,
+                kwargs=self.kwargs_repr,
+            )
+            keep = self.spec.reuse and self._reusable(result)
+            if not keep:
+                alive = self.ranks.live()
+                self.ranks.close()
+                for i in alive:
+                    result.ranks[i].events.append({"k": "killed", "t": round(time.monotonic() - self.t0, 6)})
+            result.reused = keep
+            return result
+        finally:
+            if self.ranks is not None:
+                if keep:
+                    pool.give_back(self.ranks)
+                else:
+                    self.ranks.close()
+            for w in self.watches:
+                w.close()
+            if self.dir is not None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _start(self) -> None:
+        spec = self.spec
+        key = (spec.world_size, spec.backend, spec.start_method, spec.threads)
+        self.ranks = pool.take(key) if spec.reuse else None
+        self.warm = self.ranks is not None
+        if self.ranks is None:
+            self.ranks = pool.RankSet(
+                world_size=spec.world_size,
+                backend=spec.backend,
+                start_method=spec.start_method,
+                threads=spec.threads,
+                timeout=spec.timeout,
+                warm=spec.reuse,
+            )
+        self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
+        shared = os.path.join(self.dir, "shared")
+        os.mkdir(shared)
+        fn_module = getattr(self.fn, "__module__", "__main__")
+        job = Job(
+            job_dir=self.dir,
+            shared_dir=shared,
+            seed=spec.seed,
+            peer_failure=spec.peer_failure,
+            payload=self.payload,
+            fn_module=fn_module,
+            fn_file=getattr(sys.modules.get(fn_module), "__file__", None),
+            faults=self.faults,
+            env=dict(os.environ),
+        )
+        self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
+        self.t0 = time.monotonic()
+        if self.warm:
+            self.ranks.send(job)
+        else:
+            self.ranks.start(job, hide_main=fn_module != "__main__")
+        self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs)}
+
+    def _reusable(self, result: WorldResult) -> bool:
+        """Only a clean, fault-free, completed world whose every rank still takes jobs goes back to the pool."""
+        return (
+            result.outcome == "completed"
+            and not self.faults
+            and self.ranks.warm
+            and len(self.ranks.live()) == self.spec.world_size
+            and all(w.leftovers == [] for w in self.watches)
+        )
+
+    # -- the judge's view (loop.Observer) -------------------------------------------------
+    def poll(self, wait: float) -> None:
+        """Wait for a rank to exit (at most ``wait`` s), then read every rank's new events."""
+        ready = multiprocessing.connection.wait(list(self.sentinels), timeout=wait)
+        now = time.monotonic()
+        for s in ready:
+            i = self.sentinels.pop(s)
+            self.procs[i].join(timeout=1)
+            w = self.watches[i]
+            w.exit_time = w.last_progress = now
+            w.events.append({"k": "exited", "t": now, "code": self.procs[i].exitcode})
+        for w, p in zip(self.watches, self.procs, strict=True):
+            w.read(p.pid if p.exitcode is None else None)
+
+    def dead(self, i: int, now: float) -> bool:
+        """A rank whose process exited."""
+        return self.procs[i].exitcode is not None
+
+    def exited(self, i: int) -> bool:
+        """A rank whose process exited."""
+        return self.procs[i].exitcode is not None
+
+    def failures_seen(self, now: float) -> list[float]:
+        """When rank processes were seen to exit."""
+        return [w.exit_time for w in self.watches if w.exit_time is not None]
+
+    def cpu(self, i: int) -> float | None:
+        """CPU seconds from /proc."""
+        return cpu_seconds(self.procs[i].pid)
+
+    def collect_stacks(self, indices: list[int]) -> None:
+        """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""
+        indices = [i for i in indices if self.watches[i].events]  # SIGUSR1 kills a rank before faulthandler is set
+        sizes = {}
+        for i in indices:
+            w = self.watches[i]
+            sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
+            try:
+                os.kill(self.procs[i].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + STACK_WAIT
+        pending, seen = set(indices), {}
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+            for i in list(pending):
+                w = self.watches[i]
+                size = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
+                if size > sizes[i] and seen.get(i) == size:  # written, and unchanged for one poll
+                    with open(w.stack_path) as f:
+                        f.seek(sizes[i])
+                        w.stack = main_thread(f.read(), w.main_ident)
+                    pending.discard(i)
+                seen[i] = size
+
+    def reported(self, i: int) -> dict | None:
+        """The result file the rank wrote before its end event."""
+        path = os.path.join(self.dir, f"rank{i}.result")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    def death(self, i: int, reason: StopReason, now: float):
+        """An exited rank that wrote no result: its exit code or signal, and faulthandler's dump if it printed one."""
+        proc, w = self.procs[i], self.watches[i]
+        if proc.exitcode is None:
+            return None
+        output = tail(os.path.join(self.dir, f"rank{i}.out"))
+        stack = None
+        if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
+            stack = main_thread(output.split("Fatal Python error", 1)[1], w.main_ident)
+        # it died after its last event and before the launcher saw the exit: rank it by the earliest
+        # possible time, so a peer's consequent error (seen before the exit was) is not taken for the cause
+        died = [e["t"] for e in w.events if e["k"] != "exited"] or ([w.exit_time] if w.exit_time else [])
+        return _death_text(proc.exitcode, output), output, stack, (max(died) - self.t0) if died else None
+
+    def describe(self, i: int) -> dict:
+        """pid, exit code, output tail and the timeline of rank ``i``."""
+        w = self.watches[i]
+        return dict(
+            pid=self.procs[i].pid,
+            exitcode=self.procs[i].exitcode,
+            output=tail(os.path.join(self.dir, f"rank{i}.out")),
+            events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events],
+        )
+
+
+def _raise_on_sigterm():
+    """While a world runs, turn a default-handled SIGTERM into SystemExit so cleanup runs.
+
+    Returns the handler to restore, or None when nothing was changed (not the main
+    thread, or the application handles SIGTERM itself).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, terminate)
+
+
+def _death_text(exitcode: int | None, output: str) -> str:
+    """``was killed by SIGABRT: <the most telling line it printed>``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        text = f"was killed by {name}"
+    else:
+        text = f"exited with code {exitcode} without reporting"
+    line = telling_line(output)
+    return f"{text}: {line}" if line else text

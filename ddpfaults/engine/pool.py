@@ -1,0 +1,180 @@
+"""Rank processes of a world, and the pool that keeps healthy worlds warm for the next run.
+
+A warm world keeps its rank processes up with the process group initialised; the next
+``run_world`` of the same world size, backend, start method and thread count sends its job
+to them instead of starting new processes. Only a world whose last run completed with no
+fault, and whose ranks all reported no leftover state (see ``rank.leftover_state``), goes
+back into the pool; anything else is killed. The pool is per launcher process (so per
+pytest-xdist worker) and is closed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import types
+
+from ddpfaults.engine import census
+from ddpfaults.rank.main import Job, RankConfig
+from ddpfaults.rank.main import main as rank_main
+
+WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
+#: imported once in the fork server, so ranks start with them loaded (DDP.__init__ touches torch._dynamo:
+#: importing it costs ~1 s of CPU per rank otherwise)
+_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "ddpfaults.rank.main"]
+
+
+class RankSet:
+    """The N processes of one world; with ``warm`` they take jobs over pipes, else they run one."""
+
+    def __init__(self, *, world_size: int, backend: str, start_method: str, threads: int, timeout: float, warm: bool):
+        self.key = (world_size, backend, start_method, threads)
+        self.world_size = world_size
+        self.start_method = start_method
+        self.warm = warm
+        self.dir = tempfile.mkdtemp(prefix="ddpfaults-world-")
+        self.pg_timeout = max(timeout + 30.0, WARM_PG_TIMEOUT) if warm else timeout + 30.0
+        self.backend = backend
+        self.threads = threads
+        self.procs: list = []
+        self.conns: list = []
+        self.runs = 0
+        self.closed = False
+
+    def start(self, job: Job, hide_main: bool) -> None:
+        """Start the rank processes on their first job."""
+        ctx = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+        for r in range(self.world_size):
+            config = RankConfig(
+                rank=r,
+                world_size=self.world_size,
+                world_dir=self.dir,
+                backend=self.backend,
+                pg_timeout=self.pg_timeout,
+                threads=self.threads,
+            )
+            reader = None
+            if self.warm:
+                reader, writer = ctx.Pipe(duplex=False)
+                self.conns.append(writer)
+            args = (config, None, reader) if self.warm else (config, job, None)
+            proc = ctx.Process(target=rank_main, args=args, name=f"ddpfaults-rank{r}", daemon=False)
+            with _main_hidden(hide_main):
+                proc.start()
+            if reader is not None:
+                reader.close()
+            census.LAUNCHED.append(proc.pid)
+            self.procs.append(proc)
+        if self.warm:
+            self.send(job)
+
+    def send(self, job: Job) -> None:
+        """Give every (warm) rank its next job."""
+        for conn in self.conns:
+            conn.send(job)
+        self.runs += 1
+
+    def live(self) -> list[int]:
+        """Indices of the ranks whose process is still running."""
+        return [i for i, p in enumerate(self.procs) if p.exitcode is None]
+
+    def pids(self) -> list[int]:
+        """Process ids of the ranks started so far."""
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def close(self) -> None:
+        """SIGKILL every rank's process group, wait until none of their processes is left, remove the dir.
+
+        Idempotent: a second call (e.g. from a ``finally``) does nothing.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        pids = self.pids()
+        census.POOLED.difference_update(pids)
+        for conn in self.conns:
+            conn.close()
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.procs:
+            proc.join(timeout=10)
+        deadline = time.monotonic() + 5
+        while census.survivors(pids) and time.monotonic() < deadline:
+            for pid, _ in census.survivors(pids):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_POOL: dict[tuple, RankSet] = {}
+
+
+def take(key: tuple) -> RankSet | None:
+    """A warm world for ``key`` whose ranks are all alive, or None."""
+    ranks = _POOL.pop(key, None)
+    if ranks is None:
+        return None
+    census.POOLED.difference_update(ranks.pids())
+    if len(ranks.live()) != ranks.world_size:
+        ranks.close()
+        return None
+    return ranks
+
+
+def give_back(ranks: RankSet) -> None:
+    """Keep a healthy world warm for the next run with the same key."""
+    previous = _POOL.pop(ranks.key, None)
+    if previous is not None:
+        previous.close()
+    _POOL[ranks.key] = ranks
+    census.POOLED.update(ranks.pids())
+
+
+def close_all() -> None:
+    """Kill every warm world (at exit, or at the end of a pytest session)."""
+    while _POOL:
+        _, ranks = _POOL.popitem()
+        ranks.close()
+
+
+def warm_pids() -> list[int]:
+    """Pids of the ranks kept warm right now."""
+    return sorted(census.POOLED)
+
+
+atexit.register(close_all)
+
+
+@contextlib.contextmanager
+def _main_hidden(hide: bool):
+    """Start ranks without multiprocessing re-running the launcher's ``__main__`` script in them.
+
+    spawn/forkserver children re-execute the main script (as ``__mp_main__``) so that objects
+    defined there unpickle; ranks only need that when ``fn`` itself lives in ``__main__``.
+    Otherwise it costs time and breaks for ``python -`` or unguarded scripts.
+    """
+    if not hide:
+        yield
+        return
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved

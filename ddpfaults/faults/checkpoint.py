@@ -1,0 +1,65 @@
+"""Checkpoint faults: the writer rank's ``torch.save`` is torn or killed halfway.
+
+These are values like every fault; their effect is the interception of ``torch.save`` /
+``torch.load`` in :mod:`ddpfaults.rank.checkpoint`, which a fault arms through the rank context
+it is given inside a rank, so the code under test needs no change.
+"""
+
+from __future__ import annotations
+
+from ddpfaults.errors import FaultError
+from ddpfaults.faults.base import Fault, _fmt
+
+
+class _CheckpointFault(Fault):
+    """A fault on the ``writer`` rank's ``torch.save`` (armed when a step it applies to starts)."""
+
+    rank_arg = "writer"
+
+    def __init__(self, *, writer: int = 0, step=None):
+        if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:
+            raise FaultError(f"{type(self).__name__}: writer must be a non-negative int (a rank), got {writer!r}")
+        super().__init__(rank=writer, step=step)
+
+    @property
+    def writer(self) -> int:
+        """The rank whose save is hit."""
+        return self.ranks[0]
+
+    def on_step(self, ctx) -> None:
+        """Arm the torch.save/torch.load interception in this rank (idempotent)."""
+        ctx.intercept_checkpoints()
+
+    def _fields(self) -> dict:
+        fields = {"writer": str(self.writer)}
+        if self.steps is not None:
+            fields["step"] = _fmt(self.steps)
+        return fields
+
+
+class TornCheckpointWrite(_CheckpointFault):
+    """The ``writer``'s ``torch.save`` is held mid-file until every other rank has tried to load it
+    (or is waiting in a collective the writer has not reached), then completes.
+
+    Deterministic, no sleeps: a reader's ``torch.load`` at that step first waits for the writer to
+    be mid-file, so a reader that does not synchronise reads a truncated file
+    (``failed finding central directory``); a reader behind a barrier never sees it. The
+    handshake uses flag files in ``ctx.shared_dir``. Applies on every rank (readers take part).
+    """
+
+    def applies(self, rank: int, step: int | None) -> bool:
+        """Every rank, at the fault's steps: the writer tears, the readers take part in the handshake."""
+        return self.steps is None or (step is not None and step in self.steps)
+
+    def skips_collective(self, ctx, op: str) -> bool:
+        """On a reader, note the collective it enters (the writer stops holding for a reader blocked there)."""
+        ctx.note_torn_collective(self.writer)
+        return False
+
+
+class WriterKilledMidSave(_CheckpointFault):
+    """The ``writer`` process SIGKILLs itself halfway through writing a checkpoint (``torch.save``).
+
+    The engine reports it DIED ("was killed by SIGKILL"). An in-place save leaves a truncated
+    checkpoint; an atomic one (temp file + ``os.replace``) leaves the last good one intact.
+    """

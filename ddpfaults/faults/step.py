@@ -1,0 +1,102 @@
+"""Step faults: what a rank does wrong when it announces a step (crash, straggle, skip, lone barrier).
+
+The engine calls ``on_step`` when a rank announces a step the fault applies to, and
+``skips_collective`` before each traced collective there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ddpfaults.errors import FaultError
+from ddpfaults.faults.base import Fault, _require_rank, _require_step
+
+
+class RankCrash(Fault):
+    """``rank`` raises ``exc`` when it announces ``step``.
+
+    ``exc`` is an exception instance or class (default ``RuntimeError("injected crash")``);
+    it must be picklable since it travels to the rank.
+    """
+
+    def __init__(self, *, rank, step, exc: BaseException | type | None = None):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+        if exc is None:
+            exc = RuntimeError("injected crash")
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            exc = exc("injected crash")
+        if not isinstance(exc, BaseException):
+            raise FaultError(f"RankCrash: exc must be an exception instance or class, got {exc!r}")
+        self.exc = exc
+
+    def on_step(self, ctx) -> None:
+        """Raise the configured exception."""
+        raise self.exc
+
+    def _fields(self) -> dict:
+        return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
+
+
+class Straggler(Fault):
+    """``rank`` computes hard (burning CPU, not sleeping) for ``seconds`` at ``step``."""
+
+    def __init__(self, *, rank, step, seconds: float):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+            raise FaultError(f"Straggler: seconds must be a positive finite number, got {seconds!r}")
+        self.seconds = float(seconds)
+
+    def on_step(self, ctx) -> None:
+        """Busy-loop on the CPU for the configured time."""
+        end = time.monotonic() + self.seconds
+        x = 0
+        while time.monotonic() < end:
+            for i in range(10_000):
+                x += i * i
+
+    def _fields(self) -> dict:
+        return {**super()._fields(), "seconds": repr(self.seconds)}
+
+
+class SkippedCollective(Fault):
+    """``rank`` silently skips the first collective (optionally only of kind ``op``) at ``step``."""
+
+    def __init__(self, *, rank, step, op: str | None = None):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+        if op is not None and not isinstance(op, str):
+            raise FaultError(f"SkippedCollective: op must be a collective name like 'all_reduce', got {op!r}")
+        self.op = op
+
+    def skips_collective(self, ctx, op: str) -> bool:
+        """Skip once per (rank, step): the first matching collective."""
+        if self.op is not None and op != self.op:
+            return False
+        return ctx.once(self)
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.op is not None:
+            fields["op"] = repr(self.op)
+        return fields
+
+
+class RankOnlyBarrier(Fault):
+    """``rank`` alone calls ``dist.barrier()`` at ``step`` (e.g. ``if rank == 0: dist.barrier()``)."""
+
+    def __init__(self, *, rank, step):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+
+    def on_step(self, ctx) -> None:
+        """Enter a barrier the other ranks never call."""
+        import torch.distributed as dist
+
+        dist.barrier()

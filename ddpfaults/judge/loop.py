@@ -1,0 +1,212 @@
+"""The one judge loop: watch a world through an :class:`Observer` until it ends, stalls or times out; judge it.
+
+Two observers exist: the local launcher's (rank files and processes on this machine,
+:mod:`ddpfaults.engine.launcher`) and torchrun's (keys of the torch.distributed store,
+:mod:`ddpfaults.torchrun.store`). The rules live here once:
+
+- a world has *ended* when no rank is live (every rank finished, failed or died);
+- it is *hung* (:attr:`StopReason.STALL`) when no rank made progress for ``stall`` seconds and every live
+  rank waits on its peers: inside a traced collective or store wait, or (untraced) with its main-thread
+  stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
+  idle outside collectives is never hung; in ``peer_failure="exit"`` mode gloo is first given
+  :data:`PEER_EXIT_GRACE` to tell the peers of a failure;
+- ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+from ddpfaults.judge.results import RankResult, RankState, WorldResult
+from ddpfaults.judge.verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
+from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
+from ddpfaults.spec import RunSpec, StopReason
+
+POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
+PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
+
+
+class Observer:
+    """How the judge sees a world's ranks; ``watches[i]`` is rank i's view, kept current by :meth:`poll`.
+
+    ``t0`` is the world's start on this process's monotonic clock; ``failed_where`` is what a rank that
+    raised is doing while the verdict is pending (in ``peer_failure="exit"`` mode).
+    """
+
+    watches: list[RankWatch]
+    t0: float
+    failed_where = "raised; exiting"
+
+    def poll(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for news, then bring every rank's watch up to date."""
+        raise NotImplementedError
+
+    def dead(self, i: int, now: float) -> bool:
+        """True if rank ``i`` is gone without reporting its end (exited, killed, heartbeat stopped)."""
+        raise NotImplementedError
+
+    def failures_seen(self, now: float) -> list[float]:
+        """When this observer saw ranks fail or die (monotonic times)."""
+        raise NotImplementedError
+
+    def cpu(self, i: int) -> float | None:
+        """Rank ``i``'s CPU seconds so far (None if unknown)."""
+        raise NotImplementedError
+
+    def collect_stacks(self, indices: list[int]) -> None:
+        """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""
+        raise NotImplementedError
+
+    def stop_requested(self, now: float) -> StopReason | None:
+        """A reason to stop that only this observer knows (None: keep watching)."""
+        return None
+
+    def reported(self, i: int) -> dict | None:
+        """The result rank ``i`` published with its end (value or error, traceback, site), or None."""
+        raise NotImplementedError
+
+    def death(self, i: int, reason: StopReason, now: float) -> tuple[str, str, str | None, float | None] | None:
+        """``(error, output, stack, failed_at)`` if rank ``i`` died without reporting, else None."""
+        raise NotImplementedError
+
+    def exited(self, i: int) -> bool:
+        """True if rank ``i``'s process is known to have ended."""
+        return False
+
+    def describe(self, i: int) -> dict:
+        """Facts about rank ``i`` for its result: ``pid``, ``exitcode``, ``output``, ``events`` (t since start)."""
+        raise NotImplementedError
+
+    def live(self, now: float) -> list[int]:
+        """Ranks still running their function (not ended, not dead)."""
+        return [w.rank for w in self.watches if not w.ended and not self.dead(w.rank, now)]
+
+
+def watch(observer: Observer, spec: RunSpec) -> StopReason:
+    """Watch until the world ended, stalled, timed out, or the observer asks to stop; return why."""
+    last_assessed = 0.0
+    while True:
+        quiet = time.monotonic() - max(w.last_progress for w in observer.watches)
+        observer.poll(min(POLL_MAX, max(POLL_MIN, quiet / 20)))
+        now = time.monotonic()
+        live = observer.live(now)
+        if not live:
+            return StopReason.ENDED
+        stop = StopReason.TIMEOUT if now - observer.t0 >= spec.timeout else observer.stop_requested(now)
+        if stop is not None:
+            observer.collect_stacks(live)
+            return stop
+        quiet = now - max(w.last_progress for w in observer.watches)
+        if quiet >= spec.stall and now - last_assessed >= min(spec.stall / 4, 0.5):
+            last_assessed = now
+            if not _recent_failure(observer, spec, now) and _all_blocked(observer, live, now):
+                return StopReason.STALL
+
+
+def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
+    """In exit mode gloo needs a moment to tell the peers of a failed rank; don't call that a hang yet."""
+    seen = observer.failures_seen(now) if spec.peer_failure == "exit" else []
+    return bool(seen) and now - max(seen) < PEER_EXIT_GRACE
+
+
+def _all_blocked(observer: Observer, live: list[int], now: float) -> bool:
+    """True if every live rank waits on its peers (traced wait, or a waiting stack and no CPU)."""
+    unsure = []
+    for i in live:
+        w = observer.watches[i]
+        if not w.events:
+            return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
+        if w.waiting_in() is not None:
+            continue
+        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
+            return False  # computing: slow, not hung
+        unsure.append(i)
+    if unsure:
+        observer.collect_stacks(unsure)
+        if not all(is_waiting_stack(observer.watches[i].stack) for i in unsure):
+            return False
+    observer.collect_stacks([i for i in live if i not in unsure])
+    return True
+
+
+def rank_result(observer: Observer, i: int, reason: StopReason, now: float, peer_failure: str) -> RankResult:
+    """What rank ``i`` did, as the judge found it."""
+    w = observer.watches[i]
+    res = RankResult(
+        rank=i,
+        state=RankState.RUNNING,
+        last_step=w.step,
+        collectives=w.collectives,
+        fired=w.fired,
+        **observer.describe(i),
+    )
+    reported = observer.reported(i)
+    if reported is not None and reported["error"] is None:
+        res.state = RankState.FINISHED
+        try:
+            res.value = pickle.loads(reported["value"])
+        except Exception as exc:  # noqa: BLE001 - a value this process cannot rebuild is shown, not fatal
+            res.value = f"<unpicklable here: {type(exc).__name__}: {exc}>"
+        if not observer.exited(i):
+            res.where = "finished; waiting for the verdict"
+    elif reported is not None:
+        res.state = RankState.RAISED
+        res.error, res.traceback, res.site = reported["error"], reported["traceback"], reported["site"]
+        failed = [e["t"] for e in res.events if e["k"] == "failed"]
+        res.failed_at = failed[0] if failed else None
+        if not observer.exited(i):
+            res.where = "raised; lingering" if peer_failure == "linger" else observer.failed_where
+    elif (death := observer.death(i, reason, now)) is not None:
+        res.state = RankState.DIED
+        res.error, res.output, res.stack, res.failed_at = death
+        if res.stack:
+            res.where = f"died in {frame_text(res.stack)}"
+    elif not w.events:
+        res.where = "starting (no event yet)"
+    else:
+        waiting = w.waiting_in()
+        if waiting is not None:
+            res.state, res.where = RankState.BLOCKED, f"in {waiting.describe()}"
+        elif is_waiting_stack(w.stack):
+            res.state, res.where = RankState.BLOCKED, f"untraced wait: {frame_text(w.stack)}"
+        else:
+            res.where = frame_text(w.stack)
+        res.stack = w.stack
+    return res
+
+
+def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> WorldResult:
+    """The world's result: every rank's result, collateral errors marked, divergence, root cause, outcome.
+
+    ``about`` holds the :class:`WorldResult` fields the judge cannot know (faults, function, replay, ...).
+    """
+    now = time.monotonic()
+    ranks = [rank_result(observer, i, reason, now, spec.peer_failure) for i in range(len(observer.watches))]
+    mark_collateral(ranks)
+    divergence = first_divergence(ranks)
+    root_rank, cause = root_cause(ranks, divergence, reason)
+    elapsed = now - observer.t0
+    events = [{"k": "verdict", "t": round(elapsed, 6), "reason": str(reason)}]
+    if reason == StopReason.STALL:
+        last = max(w.last_progress for w in observer.watches) - observer.t0
+        events.insert(0, {"k": "stall", "t": round(last, 6), "window": spec.stall})
+    fired = [f for w in observer.watches for f in w.fired]
+    return WorldResult(
+        outcome=world_outcome(ranks, reason),
+        ranks=ranks,
+        root_cause=cause,
+        root_rank=root_rank,
+        reason=reason.describe(spec),
+        elapsed=elapsed,
+        world_size=spec.world_size,
+        events=events,
+        seed=spec.seed,
+        backend=spec.backend,
+        peer_failure=spec.peer_failure,
+        stall=spec.stall,
+        timeout=spec.timeout,
+        divergence=divergence,
+        fired=fired,
+        **about,
+    )

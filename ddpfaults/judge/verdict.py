@@ -1,0 +1,176 @@
+"""Verdict logic: pure functions over rank results (no processes, no torch)."""
+
+from __future__ import annotations
+
+import re
+
+from ddpfaults.judge.results import (
+    Collective,
+    Divergence,
+    DivergenceGroup,
+    Outcome,
+    RankResult,
+    RankState,
+    format_ranks,
+)
+
+#: error texts that are consequences of another rank's failure (or of a hang), never a root cause
+COLLATERAL_PATTERNS = (
+    r"Connection closed by peer",
+    r"Connection reset by peer",
+    r"Broken pipe",
+    r"Timed out waiting \d+ms",
+    r"Application timeout caused pair closure",
+    r"Socket Timeout",
+    r"[Tt]imed out .*(store|wait)",
+    r"NCCL communicator was aborted",
+)
+_COLLATERAL = re.compile("|".join(COLLATERAL_PATTERNS))
+
+#: innermost-frame locations where a rank outside any traced collective is waiting on its peers
+WAITING_FRAMES = (
+    re.compile(r"torch/distributed/"),
+    re.compile(r"torch/nn/parallel/distributed\.py"),
+    re.compile(r"torch/autograd/"),
+)
+
+
+def is_collateral(error: str | None) -> bool:
+    """True if ``error`` is the kind of message a rank gets when a *peer* failed or the world hung."""
+    return bool(error) and _COLLATERAL.search(error) is not None
+
+
+def innermost_frame(stack: str | None) -> str | None:
+    """The innermost ``File "...", line N in f`` line of a faulthandler thread dump."""
+    for line in (stack or "").splitlines():
+        if line.strip().startswith("File "):
+            return line.strip()
+    return None
+
+
+def is_waiting_stack(stack: str | None) -> bool:
+    """True if a rank's main-thread stack shows it inside torch.distributed, DDP or autograd's backward."""
+    frame = innermost_frame(stack)
+    if frame is None or "importlib._bootstrap" in (stack or ""):
+        return False  # an import in progress (even of torch.distributed code) is computing, not waiting
+    return any(p.search(frame) for p in WAITING_FRAMES)
+
+
+def _absent(rank: RankResult) -> str:
+    """Why a rank has no collective at some position."""
+    if rank.state == RankState.FINISHED:
+        return "finished"
+    if rank.state in (RankState.RAISED, RankState.DIED):
+        return rank.error or "died"
+    return f"was at {rank.where or 'an untraced point'}"
+
+
+def first_divergence(ranks: list[RankResult]) -> Divergence | None:
+    """Compare the ranks' collective sequences; return the first position where they differ.
+
+    Ranks that raised or died are compared only up to where they stopped: a crash ends
+    a sequence early without being a divergence (its error is the root cause instead).
+    """
+    if len(ranks) < 2:
+        return None
+    live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
+    longest = max((len(r.collectives) for r in ranks), default=0)
+    for i in range(longest):
+        groups: dict = {}
+        for rank in ranks:
+            if i < len(rank.collectives):
+                call: Collective = rank.collectives[i]
+                key, what, step = call.signature(), (call, None), call.step
+            elif rank in live:
+                key, what, step = ("absent", str(rank.state)), (None, _absent(rank)), None
+            else:
+                continue
+            groups.setdefault(key, [what, [], step])[1].append(rank.rank)
+        if len(groups) > 1:
+            ordered = sorted(groups.values(), key=lambda g: (-len(g[1]), g[1][0]))
+            odd = min(ordered, key=_oddness)[1]
+            return Divergence(i + 1, tuple(DivergenceGroup(tuple(r), *what) for what, r, _ in ordered), tuple(odd))
+    return None
+
+
+def _oddness(group) -> tuple:
+    """Sort key for 'the ranks at fault': the smallest group; on a tie the one at a later step
+    (it skipped ahead), then the lowest rank."""
+    _, ranks, step = group
+    return (len(ranks), -(step if step is not None else -1), ranks[0])
+
+
+def _failure_text(rank: RankResult) -> str:
+    if rank.state == RankState.DIED:
+        return f"rank {rank.rank} {rank.error or 'died'}"
+    step = f" at step {rank.last_step}" if rank.last_step is not None else ""
+    site = f" at {rank.site}" if rank.site else ""
+    return f"rank {rank.rank} raised {rank.error}{site}{step}"
+
+
+def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: str) -> tuple[int | None, str]:
+    """Name the rank at fault and what it did.
+
+    Order: the earliest failure that is not collateral; else (at the timeout) the ranks
+    still running outside any collective; else the odd rank of the first divergent collective; else the
+    earliest collateral failure; else where the ranks stood.
+    """
+    if all(r.state == RankState.FINISHED for r in ranks):
+        return None, "no failure"  # even if sequences differ (e.g. Join's shadow collectives), nothing failed
+    failed = [r for r in ranks if r.state in (RankState.RAISED, RankState.DIED)]
+    failed.sort(key=lambda r: (r.failed_at if r.failed_at is not None else float("inf"), r.rank))
+    primary = [r for r in failed if not r.collateral]
+    if primary:
+        # ranks that raised the same error (numbers aside: messages may name the rank) at the same step failed
+        # "together": name the lowest, not whichever was quickest
+        def how(r):
+            return (r.state, re.sub(r"\d+", "#", r.error or ""), r.last_step)
+
+        first = min((r for r in primary if how(r) == how(primary[0])), key=lambda r: r.rank)
+        if first.state == RankState.DIED and "mismatch" in (first.error or "") and divergence is not None:
+            odd = divergence.odd_ranks  # gloo aborts the *receiver*; the rank at fault is the one that diverged
+            return odd[0], (
+                f"{format_ranks(odd)} diverged at {divergence.describe()}; gloo detected the collective "
+                f"mismatch and rank {first.rank} {first.error}"
+            )
+        return first.rank, _failure_text(first)
+    if reason == "timeout":
+        running = [r for r in ranks if r.state == RankState.RUNNING]
+        if running:
+            where = running[0].where or "outside any collective"
+            return running[0].rank, (
+                f"{format_ranks([r.rank for r in running])} still running outside any collective "
+                f"at the timeout (rank {running[0].rank} at {where})"
+            )
+    if divergence is not None:
+        return divergence.odd_ranks[0], divergence.blame()
+    if failed:
+        first = failed[0]
+        return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"
+    blocked = [r.rank for r in ranks if r.state == RankState.BLOCKED]
+    finished = [r.rank for r in ranks if r.state == RankState.FINISHED]
+    if blocked:
+        where = ranks[blocked[0]].where or "an untraced wait"
+        if not finished:
+            return None, f"{format_ranks(blocked)} blocked ({where}) with no divergent collective recorded"
+        at_fault = finished if len(finished) < len(blocked) else blocked
+        return at_fault[0], (
+            f"{format_ranks(blocked)} blocked ({where}) while {format_ranks(finished)} finished without joining; "
+            f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
+        )
+    return None, "no failure"
+
+
+def world_outcome(ranks: list[RankResult], reason: str) -> Outcome:
+    """completed if every rank finished; hung if the world was stopped (stall or timeout); else crashed."""
+    if reason in ("stall", "timeout"):
+        return Outcome.HUNG
+    if all(r.state == RankState.FINISHED for r in ranks):
+        return Outcome.COMPLETED
+    return Outcome.CRASHED
+
+
+def mark_collateral(ranks: list[RankResult]) -> None:
+    """Flag each failed rank whose error is a consequence of a peer's failure or a hang."""
+    for rank in ranks:
+        rank.collateral = rank.state == RankState.RAISED and is_collateral(rank.error)

@@ -1,0 +1,159 @@
+"""The launcher's view of a running rank: its event file, CPU time and Python stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from ddpfaults.judge.results import Collective, FiredFault
+from ddpfaults.judge.verdict import innermost_frame
+
+BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
+OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
+#: how a dying rank's output says why, most telling first (gloo's mismatch abort, C++ enforce, any *Error)
+DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
+
+
+def is_busy(cpu: float | None, cpu_at_progress: float | None, last_progress: float, now: float) -> bool:
+    """True if a process used more than BUSY_CPU of a core since its last progress (computing, not waiting)."""
+    if cpu is None or cpu_at_progress is None:
+        return False
+    return (cpu - cpu_at_progress) / max(now - last_progress, 1e-3) > BUSY_CPU
+
+
+def frame_text(stack: str | None) -> str:
+    """The innermost frame of a stack as ``"file", line N in f`` (for the "where" column)."""
+    frame = innermost_frame(stack)
+    return frame.replace("File ", "", 1) if frame else "unknown (no stack)"
+
+
+def telling_line(output: str) -> str | None:
+    """The line of a dead rank's output that best says why it died (None if nothing fits)."""
+    lines = [line.strip() for line in output.splitlines() if not line.strip().startswith(("File ", "Fatal Python"))]
+    for hint in DEATH_HINTS:
+        found = [line for line in lines if hint.search(line)]
+        if found:
+            return found[-1][:300]
+    return None
+
+
+def tail(path: str, lines: int = OUTPUT_TAIL) -> str:
+    """The last ``lines`` lines of a text file (at most its last 64 KiB); "" if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User+system CPU seconds of a process from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+#: where a rank's own frames end: the job runner (frames below it are the launcher's entry, never shown)
+JOB_RUNNER = "ddpfaults/rank/job.py"
+
+
+def main_thread(dump: str, ident: int | None = None) -> str:
+    """The main thread (thread id ``ident``, else the one running a job) out of a faulthandler dump of all
+    threads, innermost frame first, cut below the job runner's frame."""
+    blocks = [b.strip() for b in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump) if b.strip()]
+
+    def thread_id(block: str) -> int | None:
+        found = re.match(r"(?:Current thread|Thread) (0x[0-9a-f]+)", block)
+        return int(found.group(1), 16) if found else None
+
+    chosen = [b for b in blocks if ident is not None and thread_id(b) == ident]
+    chosen = chosen or [b for b in blocks if JOB_RUNNER in b]
+    block = chosen[0] if chosen else (blocks[-1] if blocks else dump.strip())
+    lines = block.splitlines()
+    end = next((i for i, line in enumerate(lines) if JOB_RUNNER in line), len(lines) - 1)
+    return "\n".join(lines[: end + 1])
+
+
+class RankWatch:
+    """The launcher's running view of one rank, built from its event file."""
+
+    def __init__(self, rank: int, world_dir: str):
+        self.rank = rank
+        self.path = os.path.join(world_dir, f"rank{rank}.events")
+        self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
+        self.fd = None
+        self.pending = b""
+        self.events: list[dict] = []
+        self.collectives: list[Collective] = []
+        self.open: dict[int, Collective] = {}
+        self.fired: list[FiredFault] = []
+        self.step = None
+        self.ended = None  # "finished" / "failed"
+        self.leftovers = None  # state the job left behind in this rank (reported with "finished")
+        self.last_progress = time.monotonic()
+        self.cpu_at_progress = None
+        self.exit_time = None
+        self.stack = None
+        self.main_ident = None  # the rank's main thread id (its "start" event), to pick it out of stack dumps
+
+    def read(self, pid: int | None) -> bool:
+        """Consume new events; True if there were any."""
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        chunks = []
+        while chunk := os.read(self.fd, 1 << 16):
+            chunks.append(chunk)
+        if not chunks:
+            return False
+        lines = (self.pending + b"".join(chunks)).split(b"\n")
+        self.pending = lines.pop()
+        for line in lines:
+            self._apply(json.loads(line))
+        if lines:
+            self.last_progress = time.monotonic()
+            self.cpu_at_progress = cpu_seconds(pid) if pid else None
+        return bool(lines)
+
+    def close(self) -> None:
+        """Release the event file."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _apply(self, event: dict) -> None:
+        self.events.append(event)
+        kind = event["k"]
+        if kind == "start":
+            self.main_ident = event.get("main_thread")
+        elif kind == "step":
+            self.step = event["step"]
+        elif kind == "enter":
+            call = Collective(
+                event["seq"], event["op"], event["shapes"], event["site"], event["step"], event.get("note", "")
+            )
+            if call.op != "init_process_group" and not call.op.startswith("store."):
+                self.collectives.append(call)  # waits that are not collectives are still "open" below
+            self.open[call.seq] = call
+        elif kind == "exit":
+            call = self.open.pop(event["seq"], None)
+            if call is not None:
+                call.done = True
+        elif kind == "fault":
+            self.fired.append(FiredFault(event["index"], event["fault"], self.rank, event.get("step"), event["how"]))
+        elif kind in ("finished", "failed"):
+            self.ended = kind
+            self.leftovers = event.get("leftovers")
+
+    def waiting_in(self) -> Collective | None:
+        """The innermost collective this rank entered and has not left."""
+        return self.open[max(self.open)] if self.open else None

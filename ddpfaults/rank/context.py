@@ -1,0 +1,289 @@
+"""What a rank function sees: the rank context, its event log, and the collective tracing.
+
+Tracing is installed once per rank process; the wrappers record into whichever context
+is current (a warm rank runs many jobs, one context each) and fall through when none is.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ddpfaults.faults import Fault
+from ddpfaults.rank import checkpoint
+
+#: collectives traced in every rank (wrapped on both torch.distributed and distributed_c10d)
+TRACED_COLLECTIVES = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+)
+
+#: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
+TRACED_STORE_WAITS = ("wait", "get")
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+#: frames under these directories are machinery (torch; code that runs inside a rank; faults taking effect),
+#: never the call site a report should name
+_MACHINERY = (
+    _TORCH_DIR + os.sep,
+    *(os.path.join(_PACKAGE_DIR, sub) + os.sep for sub in ("rank", "faults", "torchrun")),
+)
+
+_current: RankContext | None = None
+_local = threading.local()  # .inside: a traced call is in progress on this thread (no nested records)
+
+
+def is_machinery(path: str) -> bool:
+    """True for files of torch and of ddpfaults' own rank machinery."""
+    return path.startswith(_MACHINERY) or path.startswith("<")
+
+
+class EventLog:
+    """Append-only JSON-lines event file; each event is one ``os.write`` so a kill loses nothing written."""
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def emit(self, kind: str, **fields) -> None:
+        """Write one event stamped with the system-wide monotonic clock."""
+        fields["k"] = kind
+        fields["t"] = time.monotonic()
+        os.write(self._fd, (json.dumps(fields, default=str) + "\n").encode())
+
+
+def _call_site() -> str:
+    """``file:line in func`` of the innermost frame outside torch and ddpfaults."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not is_machinery(path):
+            return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "?"
+
+
+def _shapes(args, kwargs) -> list:
+    found = []
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(list(value.shape))
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            found.append([list(t.shape) for t in value])
+    return found
+
+
+class RankContext:
+    """What a rank function receives as its first argument.
+
+    ``rank``, ``world_size``, ``seed``, ``shared_dir`` (a directory all ranks of this
+    world share, removed afterwards), ``device`` (always CPU here), ``step(i)`` (the
+    progress heartbeat and the clock faults use), ``fault(kind)`` and ``ddp(model)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int,
+        shared_dir: str,
+        backend: str,
+        peer_failure: str,
+        faults: tuple,
+        events: EventLog,
+    ):
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.shared_dir = shared_dir
+        self.backend = backend
+        self.peer_failure = peer_failure
+        self.device = torch.device("cpu")
+        self.faults = tuple(faults)
+        self.current_step: int | None = None
+        self._events = events
+        self._fired_once: set = set()
+        self._seq = 0
+
+    # -- progress -----------------------------------------------------------------------
+    def step(self, i: int) -> None:
+        """Announce that this rank starts step ``i``; applies the step faults for this rank."""
+        self.current_step = int(i)
+        self._events.emit("step", step=self.current_step)
+        for fault in self._active():
+            if type(fault).on_step is not Fault.on_step:
+                self.record_fired(fault, "on_step")
+                fault.on_step(self)
+
+    def intercept_checkpoints(self) -> None:
+        """Route this process's torch.save / torch.load through the checkpoint faults (idempotent)."""
+        checkpoint.install(current)
+
+    def note_torn_collective(self, writer: int) -> None:
+        """A reader entering a collective at a torn-checkpoint step tells the writer (which stops holding)."""
+        checkpoint.note_collective(self, writer)
+
+    def log(self, message: str) -> None:
+        """Record a free-form message in this rank's timeline (counts as progress)."""
+        self._events.emit("log", msg=str(message), step=self.current_step)
+
+    # -- faults -------------------------------------------------------------------------
+    def _active(self):
+        return [f for f in self.faults if f.applies(self.rank, self.current_step)]
+
+    def fault(self, kind: type):
+        """The fault of type ``kind`` that applies to this rank at the current step, or None.
+
+        Asking marks the fault as fired (the scenario is about to act on it).
+        """
+        for fault in self._active():
+            if isinstance(fault, kind):
+                self.record_fired(fault, "queried")
+                return fault
+        return None
+
+    def once(self, fault) -> bool:
+        """True the first time it is asked for ``fault`` at the current step on this rank, then False."""
+        key = (self.faults.index(fault), self.current_step)
+        if key in self._fired_once:
+            return False
+        self._fired_once.add(key)
+        return True
+
+    def record_fired(self, fault, how: str) -> None:
+        """Record in this rank's timeline that ``fault`` took effect (``how``: what it did)."""
+        self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)
+
+    # -- collectives ----------------------------------------------------------------------
+    def _enter(self, op: str, shapes: list, site: str, note: str = "") -> int:
+        self._seq += 1
+        self._events.emit("enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note)
+        return self._seq
+
+    def _exit(self, seq: int) -> None:
+        self._events.emit("exit", seq=seq)
+
+    def ddp(self, model: torch.nn.Module, **kwargs) -> torch.nn.parallel.DistributedDataParallel:
+        """Wrap ``model`` in DDP with a tracing communication hook (records each gradient bucket's all_reduce)."""
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+        ddp_model.register_comm_hook(None, self._comm_hook)
+        return ddp_model
+
+    def _comm_hook(self, process_group, bucket):
+        group = process_group if process_group is not None else dist.group.WORLD
+        buffer = bucket.buffer()
+        buffer.div_(group.size())
+        seq = self._enter(
+            "all_reduce", [list(buffer.shape)], _call_site(), note=f"DDP gradient bucket {bucket.index()}"
+        )
+        original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
+        future = original(buffer, group=group, async_op=True).get_future()
+
+        def done(fut):
+            self._exit(seq)
+            return fut.value()[0]
+
+        return future.then(done)
+
+
+def current() -> RankContext | None:
+    """The context of the job running in this rank process (None outside a job, and in the launcher)."""
+    return _current
+
+
+def activate(ctx: RankContext | None) -> None:
+    """Make ``ctx`` the context the tracing records into (None: record nothing)."""
+    global _current
+    _current = ctx
+
+
+def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", skippable: bool):
+    ctx = _current
+    if ctx is None or getattr(_local, "inside", False):
+        return original(*args, **kwargs)
+    if skippable:
+        for fault in ctx._active():
+            if fault.skips_collective(ctx, op):
+                ctx.record_fired(fault, f"skipped {op}")
+                return None
+    seq = ctx._enter(op, shapes, _call_site(), note=note)
+    _local.inside = True
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _local.inside = False
+        ctx._exit(seq)
+
+
+def _trace_collective(op: str, original):
+    @functools.wraps(original)
+    def traced(*args, **kwargs):
+        return _traced_call(op, original, args, kwargs, shapes=_shapes(args, kwargs), skippable=True)
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
+def _trace_store(name: str, original):
+    @functools.wraps(original)
+    def traced(store, *args, **kwargs):
+        keys = args[0] if args else kwargs.get("keys", kwargs.get("key"))
+        return _traced_call(
+            f"store.{name}", original, (store, *args), kwargs, shapes=[], note=f"keys {keys!r}"[:200], skippable=False
+        )
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
+def install_tracing() -> None:
+    """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
+    for name in TRACED_COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None or hasattr(original, "__ddpfaults_original__"):
+            continue
+        traced = _trace_collective(name, original)
+        setattr(c10d, name, traced)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, traced)
+    for name in TRACED_STORE_WAITS:
+        original = getattr(dist.Store, name)
+        if not hasattr(original, "__ddpfaults_original__"):
+            setattr(dist.Store, name, _trace_store(name, original))
+
+
+def tracing_intact() -> bool:
+    """True while every traced collective is still ddpfaults' wrapper (user code may have replaced one)."""
+    for name in TRACED_COLLECTIVES:
+        for module in (c10d, dist):
+            value = getattr(module, name, None)
+            if value is not None and not hasattr(value, "__ddpfaults_original__"):
+                return False
+    return True

@@ -1,0 +1,252 @@
+"""The entry point of a rank process. Imports nothing from the plugin or the launcher.
+
+A rank runs one job (cold world) or, in a warm world, job after job with its process group
+kept open. For each job it writes everything the launcher needs into files in the job's
+private directory, so nothing is lost when it dies abruptly:
+
+- ``rank{r}.events``: one JSON object per line, written unbuffered (progress,
+  collectives entered and left, faults fired, the end);
+- ``rank{r}.out``: the rank's stdout and stderr (fd level, so C++ messages too);
+- ``rank{r}.stack``: every thread's Python stack, dumped by faulthandler on SIGUSR1;
+- ``rank{r}.result``: the pickled outcome, written atomically before the final event.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ddpfaults.rank import context
+from ddpfaults.rank.context import EventLog, RankContext
+from ddpfaults.rank.job import run_job
+
+
+@dataclass(frozen=True)
+class RankConfig:
+    """What a rank process needs for its whole life (picklable, no user objects)."""
+
+    rank: int
+    world_size: int
+    world_dir: str  # holds the FileStore; removed by the launcher when the world ends
+    backend: str
+    pg_timeout: float
+    threads: int
+    close_fds: tuple = ()  # fork only: launcher fds the child inherited and must not hold
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a user function on a world (a warm world runs many)."""
+
+    job_dir: str
+    shared_dir: str
+    seed: int
+    peer_failure: str
+    payload: bytes  # pickle of (fn, args, kwargs): unpickled only after tracing is installed
+    fn_module: str
+    fn_file: str | None
+    faults: tuple = ()
+    env: dict = field(default_factory=dict)
+
+
+def _write_result(path: str, result: dict) -> None:
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(result, f)
+    os.replace(path + ".tmp", path)
+
+
+def _watch_launcher(world_dir: str) -> None:
+    """Kill this rank's whole process group (with its DataLoader workers) when the launcher dies.
+
+    The parent sentinel is a pipe end that becomes readable when the launcher exits (for
+    forkserver ranks the OS parent is the fork server, so PR_SET_PDEATHSIG alone is not enough).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the OS parent too
+    except (OSError, AttributeError):
+        pass
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch():
+        multiprocessing.connection.wait([parent.sentinel])
+        shutil.rmtree(world_dir, ignore_errors=True)  # the launcher died and cannot clean up
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ddpfaults-launcher-watch", daemon=True).start()
+
+
+def _redirect_output(path: str) -> None:
+    """Point fds 1 and 2 (and sys.stdout/err) at ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _load_payload(job: Job):
+    """Unpickle (fn, args, kwargs); fall back to importing fn's module from its file if its name is not importable."""
+    try:
+        return pickle.loads(job.payload)
+    except ModuleNotFoundError as exc:
+        if job.fn_file is None or exc.name not in (job.fn_module, job.fn_module.split(".")[0]):
+            raise
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(job.fn_module, job.fn_file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[job.fn_module] = module
+    spec.loader.exec_module(module)
+    return pickle.loads(job.payload)
+
+
+def _linger() -> None:
+    """Keep the process (and its sockets) alive until the launcher kills it."""
+    while True:
+        time.sleep(3600)
+
+
+def leftover_state(config: RankConfig, baseline: dict) -> list[str]:
+    """Ways this rank's process differs from a fresh one after a job (any → never reuse it)."""
+    found = []
+    if not dist.is_initialized():
+        found.append("the default process group was destroyed")
+    elif len(c10d._world.pg_map) != 1:
+        found.append(f"{len(c10d._world.pg_map) - 1} extra process group(s) left open")
+    if torch.get_num_threads() != config.threads:
+        found.append(f"torch threads changed to {torch.get_num_threads()}")
+    if not torch.is_grad_enabled():
+        found.append("grad mode left disabled")
+    if torch.get_default_dtype() != torch.float32:
+        found.append(f"default dtype left at {torch.get_default_dtype()}")
+    if torch.are_deterministic_algorithms_enabled() != baseline["deterministic"]:
+        found.append("deterministic-algorithms flag changed")
+    if not context.tracing_intact():
+        found.append("a torch.distributed collective was replaced")
+    threads = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if threads:
+        found.append(f"threads still running: {threads}")
+    children = multiprocessing.active_children() or _child_pids()
+    if children:
+        found.append(f"child processes still running: {children}")
+    return found
+
+
+def _child_pids() -> list[int]:
+    pids = []
+    task_dir = f"/proc/{os.getpid()}/task"
+    for task in os.listdir(task_dir) if os.path.isdir(task_dir) else ():
+        try:
+            with open(f"{task_dir}/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+_stack_file = None  # the open file faulthandler dumps into (per job)
+
+
+def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
+    """Run one job; return the leftover state after it finished. A failed job never returns."""
+    r = config.rank
+    _redirect_output(os.path.join(job.job_dir, f"rank{r}.out"))
+    os.environ.clear()
+    os.environ.update(job.env)
+    global _stack_file
+    previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")
+    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+    if previous is not None:
+        previous.close()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
+    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)
+    torch.set_num_threads(config.threads)
+    ctx = RankContext(
+        rank=r,
+        world_size=config.world_size,
+        seed=job.seed,
+        shared_dir=job.shared_dir,
+        backend=config.backend,
+        peer_failure=job.peer_failure,
+        faults=job.faults,
+        events=events,
+    )
+    result_path = os.path.join(job.job_dir, f"rank{r}.result")
+
+    def init_process_group():
+        if not dist.is_initialized():  # a warm rank keeps its group from the first job
+            store = dist.FileStore(os.path.join(config.world_dir, "store"), config.world_size)
+            dist.init_process_group(
+                config.backend,
+                store=store,
+                rank=r,
+                world_size=config.world_size,
+                timeout=timedelta(seconds=config.pg_timeout),
+            )
+
+    leftovers = []
+
+    def left_behind():
+        leftovers.extend(leftover_state(config, baseline))
+        return leftovers
+
+    result = run_job(
+        ctx,
+        load=lambda: _load_payload(job),
+        init_process_group=init_process_group,
+        publish=lambda result: _write_result(result_path, result),
+        leftovers=left_behind,
+    )
+    if result["error"] is not None:
+        if job.peer_failure == "exit":
+            os._exit(1)
+        _linger()
+    return leftovers
+
+
+def main(config: RankConfig, job: Job | None, jobs=None) -> None:
+    """A rank process: set up once, run ``job`` — or, warm, every job received on ``jobs`` — then linger.
+
+    A warm rank whose job left state behind stops taking jobs (the launcher will not reuse it).
+    """
+    os.setsid()  # own process group: the launcher kills the rank and its children with one killpg
+    for fd in config.close_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _watch_launcher(config.world_dir)
+    context.install_tracing()
+    baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}
+    while True:
+        if job is None:
+            try:
+                job = jobs.recv()
+            except EOFError:
+                os._exit(0)
+        leftovers = _run_job(config, job, baseline)
+        job = None
+        if jobs is None or leftovers:
+            _linger()

@@ -1,0 +1,97 @@
+"""The session report file: one JSON document holding every world's result and timeline.
+
+The document is ``{"schema": "ddpfaults.report/2", "worlds": [world, ...]}`` where each world is
+:meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it). Every
+field is described in ``docs/report-schema.md``. :func:`ddpfaults.report.html.render_html` turns a
+document into a page; ``python -m ddpfaults html report.json`` does the same from the shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from ddpfaults.errors import ReportFileError
+from ddpfaults.judge.results import WorldResult
+
+#: The schema (and version) string every report document carries; see docs/report-schema.md.
+SCHEMA = "ddpfaults.report/2"
+
+
+def build_document(worlds, nodeids=None) -> dict:
+    """The report document for ``worlds`` (WorldResult objects or their ``to_dict()`` dicts).
+
+    ``nodeids``, if given, is a list parallel to ``worlds`` of pytest node ids (or None); a
+    world whose node id is None gets no ``"nodeid"`` key.
+    """
+    worlds = list(worlds)
+    nodeids = [None] * len(worlds) if nodeids is None else list(nodeids)
+    if len(nodeids) != len(worlds):
+        raise ReportFileError(f"nodeids has {len(nodeids)} entries for {len(worlds)} worlds")
+    entries = []
+    for world, nodeid in zip(worlds, nodeids, strict=True):
+        entry = world.to_dict() if isinstance(world, WorldResult) else dict(world)
+        if nodeid is not None:
+            entry["nodeid"] = str(nodeid)
+        entries.append(entry)
+    return {"schema": SCHEMA, "worlds": entries}
+
+
+def write_document(path, worlds, nodeids=None) -> str:
+    """Write the report document for ``worlds`` to ``path`` atomically (temp file + rename); return the path.
+
+    ``worlds`` may also be a whole document (a dict with ``"schema"``), which is written as is.
+    """
+    path = os.fspath(path)
+    document = worlds if isinstance(worlds, dict) and "schema" in worlds else build_document(worlds, nodeids)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-report-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_document(path) -> dict:
+    """Load and validate a report document; raise :class:`ReportFileError` naming the file if it is not one."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+    except FileNotFoundError:
+        raise ReportFileError(f"report file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportFileError(f"report file {path!r} cannot be read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ReportFileError(f"report file {path!r} is not valid JSON: {exc}") from None
+    check_document(document, source=path)
+    return document
+
+
+def check_document(document, *, source: str | None = None) -> None:
+    """Raise :class:`ReportFileError` unless ``document`` is a ``ddpfaults.report/2`` document.
+
+    ``source`` (a file name) is named in the error; without it the error speaks of "report document".
+    """
+    what = f"report file {source!r}" if source else "report document"
+    if not isinstance(document, dict):
+        raise ReportFileError(f"{what} holds a JSON {type(document).__name__}, not a report object")
+    schema = document.get("schema")
+    if schema is None:
+        raise ReportFileError(f'{what} has no "schema" key: not a ddpfaults report ({SCHEMA})')
+    if schema != SCHEMA:
+        raise ReportFileError(f"{what} has schema {schema!r}; this version of ddpfaults reads {SCHEMA!r} only")
+    worlds = document.get("worlds")
+    if not isinstance(worlds, list):
+        raise ReportFileError(f'{what}: "worlds" must be a list, got {type(worlds).__name__}')
+    for i, world in enumerate(worlds):
+        if not isinstance(world, dict) or not isinstance(world.get("ranks"), list) or "outcome" not in world:
+            raise ReportFileError(f'{what}: worlds[{i}] is not a world (needs "outcome" and "ranks")')

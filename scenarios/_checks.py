@@ -1,0 +1,42 @@
+"""Checks beyond the verdict for the built-in scenarios: :class:`~ddpfaults.scenario.Check` s over
+the world result (what the ranks returned, which of them survived), and the stall windows.
+
+Used where the verdict alone cannot tell naive from fixed (a completed run that violates an
+invariant; a crash whose survivors did or did not keep the last good checkpoint).
+"""
+
+from __future__ import annotations
+
+from ddpfaults import Check, Expect
+
+#: stall window of the variants expected to hang: short, so the suite stays fast
+HANG_STALL = 1.0
+#: stall window of every other variant: long, so a slow start on a loaded machine is never taken for a
+#: hang (such a variant completes or crashes well before it; a regression into a hang still shows)
+SAFE_STALL = 10.0
+
+
+def expect(text: str, *checks: Check, **fields) -> Expect:
+    """``expect("crashed with KeyError on rank 0", check, root_cause=...)``: parse the text, add fields and checks."""
+    base = Expect.parse(text)
+    values = {name: getattr(base, name) for name in ("outcome", "rank", "error", "collective")}
+    return Expect(**{**values, **fields}, checks=tuple(checks))
+
+
+def every_rank_errors(prefix: str) -> Check:
+    """Every rank raised an error starting with ``prefix`` (nobody was merely collateral)."""
+
+    def fn(result):
+        bad = [f"rank {r.rank}: {r.error or r.state}" for r in result.ranks if not (r.error or "").startswith(prefix)]
+        return f"not every rank raised {prefix}: {bad}" if bad else None
+
+    return Check(f"every rank raised {prefix}", fn)
+
+
+def value_check(description: str, predicate) -> Check:
+    """``predicate(values)`` over the ranks' return values (``None`` for a rank that returned nothing)."""
+
+    def fn(result):
+        return None if predicate(result.values) else f"values were {result.values!r}"
+
+    return Check(description, fn)

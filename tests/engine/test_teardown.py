@@ -1,0 +1,65 @@
+"""The launcher is interrupted or killed mid-world: no rank, DataLoader worker or fork server survives."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from processes import alive
+
+#: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
+SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
+
+LAUNCHER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {support!r})
+    import rankfns
+    from ddpfaults import run_world
+    if __name__ == "__main__":
+        run_world(rankfns.record_pids, world_size=3, args=({directory!r},), stall=60, timeout=120)
+    """
+)
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_nothing_survives_the_launcher(tmp_path, signum):
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path)))
+    launcher = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+
+        def infos():
+            files = [tmp_path / f"rank{r}.json" for r in range(3)]
+            return all(f.exists() for f in files) and [json.loads(f.read_text()) for f in files]
+
+        ranks = _wait_for(infos, 60, "the ranks to start their DataLoader workers")
+        pids = [i["pid"] for i in ranks] + [w for i in ranks for w in i["workers"]]
+        fork_server = {i["ppid"] for i in ranks}
+        assert len(pids) == 9 and alive(pids) == pids
+        time.sleep(0.3)  # the world is now hung (stall is 60 s): interrupt it
+        launcher.send_signal(signum)
+        launcher.wait(timeout=30)
+        _wait_for(lambda: not alive(pids + sorted(fork_server)), 10, "every rank, worker and the fork server to die")
+        _wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 5, "the world's temp dir to be removed")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    if signum != signal.SIGKILL:
+        assert launcher.returncode != 0

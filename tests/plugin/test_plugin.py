@@ -1,0 +1,497 @@
+"""The pytest plugin, end to end: pytester runs of user scenario modules and tests.
+
+Anything that spawns ranks runs in a subprocess (``runpytest_subprocess``), and after each
+such run an orphan census checks that none of the ranks it launched is still alive (their
+pids come from the run's JSON report, or from files the ranks write themselves).
+"""
+
+import json
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ddpfaults.engine import census
+from ddpfaults.report.document import read_document
+
+RUN_TIMEOUT = 90  # seconds: a pytester run that takes longer is itself a failure, not a hang
+
+STEPS = '''
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def steps(ctx, steps=3):
+    """All-reduce a ones tensor once per step."""
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t)
+    return float(t)
+
+
+def spin(ctx, directory):
+    """Write this rank's pid into ``directory``, then compute forever (busy: never judged hung, only timed out)."""
+    with open(os.path.join(directory, f"rank{ctx.rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    ctx.step(0)
+    while True:
+        pass
+'''
+
+SCENARIOS = '''
+import ddpfaults
+from ddpfaults.faults import RankCrash, SkippedCollective
+from rankfns_user import steps
+
+
+@ddpfaults.scenario(world_size=2, expect="completed")
+def completes(ctx):
+    """Two ranks all-reduce three times."""
+    return steps(ctx)
+
+
+@ddpfaults.scenario(world_size=2, stall=0.5, faults=[SkippedCollective(rank=1, step=1)], expect="completed")
+def skips_a_collective(ctx):
+    """Rank 1 skips step 1's all_reduce: the world hangs, but this scenario claims it completes."""
+    return steps(ctx)
+
+
+@ddpfaults.scenario(world_size=2, faults=[RankCrash(rank=1, step=1, exc=KeyError("mask"))], variants=[
+    ddpfaults.variant("exit", expect="crashed with KeyError on rank 1"),
+    ddpfaults.variant("claims_completed", expect="completed"),
+])
+def crashes(ctx):
+    """Rank 1 raises KeyError at step 1."""
+    return steps(ctx)
+'''
+
+
+@pytest.fixture
+def user(pytester, monkeypatch):
+    """A pytester dir holding rank functions and a user scenario module; no DDPFAULTS_* from outside, and
+    plugin autoload on (the subprocess runs need pytest-xdist and pytest-timeout)."""
+    for name in list(os.environ):
+        if name.startswith("DDPFAULTS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    pytester.makepyfile(rankfns_user=STEPS, scenario_user=SCENARIOS)
+    return pytester
+
+
+def run(pytester, *args):
+    """``runpytest_subprocess`` with a JSON report; returns (result, report document)."""
+    result = pytester.runpytest_subprocess(
+        "-p", "ddpfaults", "--ddpfaults-report=worlds.json", *args, timeout=RUN_TIMEOUT
+    )
+    path = pytester.path / "worlds.json"
+    document = json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
+    return result, document
+
+
+def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
+    """Orphan census of a subprocess run: every rank pid (JSON report or pid files) must be gone."""
+    pids = [r["pid"] for w in (document or {}).get("worlds", []) for r in w["ranks"] if r["pid"]]
+    if pid_dir is not None:
+        pids += [int(p.read_text()) for p in pid_dir.glob("*.pid")]
+    deadline = time.monotonic() + wait
+    while census.survivors(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert census.survivors(pids) == []
+    return pids
+
+
+# -- collection -----------------------------------------------------------------------------------
+
+
+def test_user_module_collects_one_item_per_scenario_and_variant(user):
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        [
+            "scenario_user.py::completes",
+            "scenario_user.py::skips_a_collective",
+            "scenario_user.py::crashes[[]exit[]]",
+            "scenario_user.py::crashes[[]claims_completed[]]",
+            "4 tests collected*",
+        ]
+    )
+
+
+def test_scenario_file_pattern_comes_from_ini(user):
+    user.makeini("[pytest]\nddpfaults_scenario_files = faults_*.py\n")
+    user.makepyfile(faults_more=SCENARIOS.replace("def completes", "def completes_too"))
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["faults_more.py::completes_too", "4 tests collected*"])
+    result.stdout.no_fnmatch_line("scenario_user.py*")
+
+
+def test_builtin_scenarios_collect_with_autoload_off_and_dash_p(user, monkeypatch):
+    from ddpfaults.scenario import builtin_dir
+
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q", builtin_dir())
+    assert result.ret == 0, result.outlines
+    result.stdout.fnmatch_lines(["*scenario_rank_crash.py::rank_crash[[]exit[]]", "*tests collected*"])
+
+
+def test_settings_resolve_command_line_then_environment_then_ini(user, monkeypatch):
+    from ddpfaults.plugin import SETTINGS
+
+    user.makeini("[pytest]\nddpfaults_world_size = 3\nddpfaults_seed = 4\nddpfaults_stall = 0.5\n")
+    monkeypatch.setenv("DDPFAULTS_WORLD_SIZE", "5")
+    config = user.parseconfigure("-p", "ddpfaults", "--ddpfaults-world-size=7")
+    settings = config.stash[SETTINGS]
+    assert (settings.world_size, settings.source("world_size")) == (7, "--ddpfaults-world-size")
+    assert (settings.seed, settings.seed_pinned, settings.stall, settings.timeout) == (4, False, 0.5, 60.0)
+    config = user.parseconfigure("-p", "ddpfaults")
+    settings = config.stash[SETTINGS]
+    assert (settings.world_size, settings.source("world_size")) == (5, "DDPFAULTS_WORLD_SIZE")
+    monkeypatch.delenv("DDPFAULTS_WORLD_SIZE")
+    monkeypatch.setenv("DDPFAULTS_SEED", "9")
+    settings = user.parseconfigure("-p", "ddpfaults").stash[SETTINGS]
+    assert (settings.world_size, settings.source("world_size")) == (3, "ini option ddpfaults_world_size")
+    assert (settings.seed, settings.seed_pinned) == (9, True)
+    with pytest.raises(AttributeError):  # frozen
+        settings.seed = 1
+
+
+# -- running scenario items -----------------------------------------------------------------------
+
+
+def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properties(user):
+    result, document = run(user, "-k", "completes or skips", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ scenario skips_a_collective _*",
+            "expected completed, observed hung",
+            "expected: completed",
+            "ddpfaults: 2-rank gloo world HUNG in * (no progress for 0.5 s and every live rank waiting on its peers)",
+            "function: scenario_user.py:skips_a_collective   seed: 0   peer_failure: exit",
+            "root cause: rank 1 called all_reduce*",
+            "first divergent collective #2:*",
+            "rank*outcome*state*step*where*error",
+            "*0*hung*blocked*2*in all_reduce(*",
+            "*1*completed*finished*2*finished; waiting for the verdict*",
+            "replay: pytest -p ddpfaults scenario_user.py::skips_a_collective --ddpfaults-seed=0",
+            "*- ddpfaults: rank 0 stack (blocked) -*",
+            "*distributed_c10d.py*in all_reduce",
+            "*scenario_user.py*in skips_a_collective",
+            "*- ddpfaults -*",
+            "2 worlds: 1 completed, 1 hung",
+            "slowest: * s scenario_user.py::* (*)*",
+            "FAILED scenario_user.py::skips_a_collective - expected completed, observed hung",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*_ scenario completes _*")  # a passing item prints no report
+    result.stdout.no_fnmatch_line("*plugin.py*")  # a clean failure: no plugin traceback
+    assert [w["nodeid"] for w in document["worlds"]] == [
+        "scenario_user.py::completes",
+        "scenario_user.py::skips_a_collective",
+    ]
+    assert_no_orphans(document)
+    cases = ET.parse(user.path / "junit.xml").getroot().iter("testcase")
+    properties = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")} for case in cases}
+    assert properties["skips_a_collective"] == {
+        "ddpfaults.verdict": "hung",
+        "ddpfaults.world_size": "2",
+        "ddpfaults.seed": "0",
+        "ddpfaults.expect": "completed",
+        "ddpfaults.seconds": properties["skips_a_collective"]["ddpfaults.seconds"],
+    }
+    assert properties["completes"]["ddpfaults.verdict"] == "completed"
+    assert float(properties["completes"]["ddpfaults.seconds"]) > 0
+
+
+def test_a_real_crash_fails_with_root_cause_traceback_and_output(user):
+    result, document = run(user, "-k", "crashes")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ scenario crashes[[]claims_completed[]] _*",
+            "expected completed, observed crashed",
+            "ddpfaults: 2-rank gloo world CRASHED in *",
+            "root cause: rank 1 raised KeyError: 'mask'*",
+            "*1*crashed*raised*1*KeyError: 'mask'",
+            "replay: pytest -p ddpfaults 'scenario_user.py::crashes[[]claims_completed[]]' --ddpfaults-seed=0",
+            "*- ddpfaults: rank 1 traceback -*",
+            "KeyError: 'mask'",
+            "*- ddpfaults: rank 0 output (last * lines) -*",
+            "*Connection*by peer*",
+        ]
+    )
+    worlds = {w["nodeid"]: w for w in document["worlds"]}
+    assert worlds["scenario_user.py::crashes[claims_completed]"]["outcome"] == "crashed"
+    assert worlds["scenario_user.py::crashes[claims_completed]"]["root_rank"] == 1
+    assert_no_orphans(document)
+
+
+# -- CI: JSON report under xdist -------------------------------------------------------------------
+
+
+def test_xdist_two_workers_json_report_holds_every_world(user):
+    result, document = run(user, "-n", "2")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*2 workers*", "4 worlds: 1 completed, 2 crashed, 1 hung", "JSON report: worlds.json"])
+    assert document["schema"] == "ddpfaults.report/2"
+    assert sorted(w["nodeid"] for w in document["worlds"]) == [
+        "scenario_user.py::completes",
+        "scenario_user.py::crashes[claims_completed]",
+        "scenario_user.py::crashes[exit]",
+        "scenario_user.py::skips_a_collective",
+    ]
+    assert all(len(w["ranks"]) == 2 for w in document["worlds"])
+    read_document(user.path / "worlds.json")  # a valid ddpfaults.report/2 document
+    assert len(assert_no_orphans(document)) == 8
+
+
+def test_html_report_holds_every_world_with_one_lane_per_rank(user):
+    result, document = run(user, "--ddpfaults-html=out/worlds.html")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["HTML report: out/worlds.html"])
+    page = (user.path / "out" / "worlds.html").read_text()
+    assert re.search(r"class='[^']*\bdivergence\b", page), "the hung world's first divergent collective is marked"
+    for world in document["worlds"]:
+        assert world["nodeid"] in page
+    assert len(re.findall(r"data-rank=['\"]?\d", page)) >= 2 * len(document["worlds"])
+    assert "http://" not in page and "https://" not in page
+    assert_no_orphans(document)
+
+
+# -- loading the plugin ---------------------------------------------------------------------------
+
+
+def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    off = user.runpytest_subprocess("-k", "completes", timeout=RUN_TIMEOUT)
+    off.stdout.fnmatch_lines(["*no tests ran*"])
+    result, document = run(user, "-k", "completes")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=60s stall=2s seed=0*"])
+    assert_no_orphans(document)
+
+
+def test_autoload_plus_dash_p_registers_the_plugin_once(user):
+    result = user.runpytest("-p", "ddpfaults", "--help")
+    assert result.ret == 0
+    assert sum(line.strip().startswith("--ddpfaults-timeout") for line in result.outlines) == 1
+    result = user.runpytest("-p", "ddpfaults", "--markers")
+    signature = "@pytest.mark.ddpfaults(world_size=None, timeout=None, stall=None, peer_failure=None, seed=None)*"
+    result.stdout.fnmatch_lines([signature])
+
+
+# -- bad input: collection errors and usage errors, never a hang ----------------------------------
+
+
+def test_module_that_fails_to_import_is_a_collection_error_naming_it(user):
+    user.makepyfile(scenario_broken="import ddpfaults\nimport no_such_module_here\n")
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*ERROR collecting scenario_broken.py*", "*No module named 'no_such_module_here'*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    "faults, world_size, message",
+    [
+        ("[RankCrash(rank=5, step=1)]", 2, "*rank 5 does not exist in a world of 2 ranks*"),
+        ("[RankCrash(rank=5, step=1)]", None, "*rank 5 does not exist in a world of 4 ranks*"),  # checked at collection
+        ("['not a fault']", 2, "*'not a fault' is not a ddpfaults fault*"),
+    ],
+)
+def test_invalid_fault_in_a_scenario_is_a_collection_error_naming_the_file(user, faults, world_size, message):
+    user.makepyfile(
+        scenario_badfault=f"""
+import ddpfaults
+from ddpfaults.faults import RankCrash
+
+@ddpfaults.scenario(world_size={world_size}, faults={faults}, expect="crashed")
+def bad(ctx):
+    pass
+"""
+    )
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q", "scenario_badfault.py")
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting scenario_badfault.py*", f"*scenario_badfault.py: ScenarioError: {message}"]
+    )
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+@pytest.mark.parametrize(
+    "args, env, ini, message",
+    [
+        (
+            ["--ddpfaults-timeout=abc"],
+            {},
+            "",
+            "ERROR: ddpfaults: --ddpfaults-timeout: invalid value 'abc' (expected a positive number of seconds)",
+        ),
+        (
+            [],
+            {"DDPFAULTS_WORLD_SIZE": "0"},
+            "",
+            "ERROR: ddpfaults: DDPFAULTS_WORLD_SIZE: invalid value '0' (expected an int >= 1)",
+        ),
+        (
+            [],
+            {},
+            "ddpfaults_peer_failure = explode",
+            "ERROR: ddpfaults: ini option ddpfaults_peer_failure: invalid value 'explode' (expected exit or linger)",
+        ),
+        (
+            ["--ddpfaults-stall=5"],
+            {"DDPFAULTS_TIMEOUT": "3"},
+            "",
+            "ERROR: ddpfaults: stall 5 s (from --ddpfaults-stall) must be shorter than timeout 3 s "
+            "(from DDPFAULTS_TIMEOUT)",
+        ),
+        (["--ddpfaults-world-size=3"], {"DDPFAULTS_WORLD_SIZE": "x"}, "", None),  # the command line wins over the env
+        ([], {"DDPFAULTS_PEER_FAILURE": "linger"}, "ddpfaults_peer_failure = explode", None),  # the env wins over ini
+    ],
+)
+def test_bad_option_values_are_usage_errors_naming_option_and_value(user, monkeypatch, args, env, ini, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if ini:
+        user.makeini(f"[pytest]\n{ini}\n")
+    result = user.runpytest("-p", "ddpfaults", "--collect-only", "-q", *args)
+    if message is None:
+        assert result.ret == 0
+        return
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_unknown_marker_keyword_is_an_error_naming_the_keyword(user):
+    user.makepyfile(
+        test_marked="""
+import pytest
+
+@pytest.mark.ddpfaults(wrold_size=2)
+def test_typo(ddp_world):
+    raise AssertionError("never reached")
+
+@pytest.mark.ddpfaults(timeout="soon")
+def test_bad_value():
+    pass
+"""
+    )
+    result = user.runpytest("-p", "ddpfaults", "test_marked.py")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ddpfaults marker: unknown keyword 'wrold_size' (known: world_size, timeout, stall, peer_failure, seed)",
+            "*ddpfaults marker: timeout='soon' (expected a positive number of seconds)",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*never reached*")
+
+
+# -- the ddp_world fixture and the marker -----------------------------------------------------------
+
+
+def test_ddp_world_applies_marker_settings_and_pinned_seed_and_shows_reports(user):
+    user.makepyfile(
+        test_worlds="""
+import pytest
+import rankfns_user
+from ddpfaults.faults import SkippedCollective
+
+@pytest.mark.ddpfaults(world_size=3, stall=0.5, seed=5)
+def test_marker(ddp_world):
+    result = ddp_world.run(rankfns_user.steps)
+    assert (result.world_size, result.stall, result.seed) == (3, 0.5, 11)  # --ddpfaults-seed beats the marker
+    assert result.values == [27.0] * 3
+
+def test_asserted_hang(ddp_world):
+    result = ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)])
+    assert result.outcome == "completed"
+
+def test_expected_hang(ddp_world):
+    ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)],
+                  expect="hung in all_reduce")
+"""
+    )
+    result, document = run(user, "test_worlds.py", "-v", "--ddpfaults-show", "--ddpfaults-seed=11")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_asserted_hang _*",
+            "E       AssertionError: assert *",
+            "*- ddpfaults: world 1 of 1 -*",
+            "ddpfaults: 2-rank gloo world HUNG in *",
+            "replay: pytest -p ddpfaults test_worlds.py::test_asserted_hang --ddpfaults-seed=11",
+            "*- ddpfaults: rank 1 stack (blocked) -*",
+            "3 worlds: 1 completed, 2 hung",
+            "*_ test_worlds.py::test_marker: completed _*",  # -v with --ddpfaults-show: passing worlds are shown
+            "ddpfaults: 3-rank gloo world COMPLETED in *",
+        ]
+    )
+    assert {w["seed"] for w in document["worlds"]} == {11}
+    assert_no_orphans(document)
+
+
+# -- interplay with pytest-timeout ----------------------------------------------------------------
+
+
+def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks(user):
+    """A world asked for 60 s under a 4 s pytest-timeout is capped and judged; a plain run_world that
+    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup. The fork server is
+    started first by a fixture: how long a cold first start takes is not what these tests measure."""
+    user.makepyfile(
+        test_timeouts="""
+import os
+import pytest
+import ddpfaults
+import rankfns_user
+
+@pytest.fixture
+def started_fork_server():
+    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
+
+@pytest.mark.timeout(4, func_only=True)
+def test_capped(started_fork_server, ddp_world, tmp_path):
+    result = ddp_world.run(rankfns_user.spin, world_size=2, timeout=60, args=(str(tmp_path),))
+    assert result.outcome == "hung" and result.timeout < 4 * 0.9
+    assert result.reason.startswith("hard timeout")
+
+@pytest.mark.timeout(2.5, method="signal", func_only=True)
+def test_signal_kill(started_fork_server):
+    os.makedirs("pids", exist_ok=True)
+    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
+"""
+    )
+    result, document = run(user, "test_timeouts.py")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*Failed: Timeout (>2.5s) from pytest-timeout*"])
+    assert len(assert_no_orphans(document, pid_dir=user.path / "pids")) == 4
+
+
+def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
+    """pytest-timeout's thread method ends the pytest process with ``os._exit`` while a world spins: its ranks
+    must still die. The fixture starts the fork server first (a cold first start can take longer than any
+    fixed timeout) and the timer covers the test function only, so both ranks are up when it fires."""
+    user.makepyfile(
+        test_thread="""
+import os
+import pytest
+import ddpfaults
+import rankfns_user
+
+@pytest.fixture
+def started_fork_server():
+    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
+
+@pytest.mark.timeout(3, method="thread", func_only=True)
+def test_thread_kill(started_fork_server):
+    os.makedirs("pids", exist_ok=True)
+    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
+"""
+    )
+    result = user.runpytest_subprocess("-p", "ddpfaults", "test_thread.py", timeout=RUN_TIMEOUT)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*Timeout*"])
+    assert len(assert_no_orphans(pid_dir=user.path / "pids")) == 2

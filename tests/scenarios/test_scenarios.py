@@ -1,0 +1,157 @@
+"""Every built-in scenario case in a real world, matching its declared expectation; and the matrix command."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ddpfaults.scenario import builtin_dir, discover
+from ddpfaults.spec import RunSpec
+
+CASES = discover()
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+
+#: where the faults must have fired, beyond "at least once" (which every Expect already checks)
+FIRED = {
+    "checkpoint[torn_naive]": [
+        "fired on rank 0 at step 1 (held torch.save of best_stg1.pth after",
+        *(
+            f"fired on rank {r} at step 1 (torch.load of best_stg1.pth started while the writer was mid-file)"
+            for r in (1, 2, 3)
+        ),
+    ],
+    "checkpoint[torn_fixed]": [
+        "fired on rank 0 at step 1 (held torch.save of best_stg1.pth.tmp.",
+        *(
+            f"fired on rank {r} at step 1 (torch.load of best_stg1.pth started after the writer's held save "
+            "had completed)"
+            for r in (1, 2, 3)
+        ),
+    ],
+    "checkpoint[killed_naive]": ["fired on rank 0 at step 2 (SIGKILLed the writer mid-save of best_stg1.pth after"],
+    "checkpoint[killed_fixed]": ["fired on rank 0 at step 2 (SIGKILLed the writer mid-save of best_stg1.pth.tmp."],
+    "empty_batch[fixed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "partial_fake_target[naive_exit]": [
+        "EmptyBatch(rank=0, step=1) fired on rank 0 at step 1",
+        "SchemaDrift(key='segment_mask') fired on rank 3",
+    ],
+    "all_ranks_train[uneven_naive]": ["UnevenInputs(rank=1, batches=2) fired on rank 1"],
+    "device[naive]": [f"DeviceMismatch() fired on rank {r}" for r in range(4)],
+}
+
+
+def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
+    modules = sorted(n for n in os.listdir(builtin_dir()) if n.startswith("scenario_"))
+    assert modules == [
+        "scenario_all_ranks_train.py",
+        "scenario_checkpoint.py",
+        "scenario_device.py",
+        "scenario_empty_batch.py",
+        "scenario_partial_fake_target.py",
+        "scenario_rank_crash.py",
+    ]
+    ids = {c.id for c in CASES}
+    assert len(ids) == len(CASES) >= 23
+    for fixed in (
+        "empty_batch[fixed]",
+        "partial_fake_target[fixed]",
+        "checkpoint[torn_fixed]",
+        "checkpoint[killed_fixed]",
+        "all_ranks_train[uneven_join]",
+        "device[fixed]",
+    ):
+        assert fixed in ids
+
+
+def test_every_fixed_variant_that_completes_checks_replica_equality():
+    for case in CASES:
+        if case.variant and "fixed" in case.variant.name and case.expect.outcome == "completed":
+            assert case.expect.values_equal, case.id
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_builtin_case_matches_its_expectation(case):
+    result = case.run(RunSpec())
+    mismatches = case.expect.mismatches(result)
+    assert mismatches == [], f"{case.id}: {mismatches}\n\n{result.report()}"
+    fired = "\n".join(f.describe() for f in result.fired)
+    for text in FIRED.get(case.id, []):
+        assert text in fired, f"{case.id}: no fired record containing {text!r} in:\n{fired}"
+    if case.expect.outcome == "completed":
+        assert all(r.state == "finished" for r in result.ranks)
+
+
+# -- the matrix command ------------------------------------------------------------------------
+
+
+def _matrix(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "ddpfaults", "matrix", *args], cwd=cwd, capture_output=True, text=True, timeout=240
+    )
+
+
+def test_matrix_json_for_one_module_passes_with_a_row_per_case():
+    proc = _matrix(os.path.join(builtin_dir(), "scenario_device.py"), "--json", "--seed", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is True
+    assert [(r["scenario"], r["variant"], r["observed"], r["ok"]) for r in data["rows"]] == [
+        ("device", "naive", "crashed", True),
+        ("device", "fixed", "completed", True),
+    ]
+    assert "ValueError" in data["rows"][0]["root_cause"] and data["rows"][0]["seconds"] > 0
+    assert data["rows"][1]["expected"] == "completed (replicas bit-equal)"
+
+
+def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path):
+    (tmp_path / "scenario_wrong.py").write_text(
+        textwrap.dedent('''
+        import torch
+        import torch.distributed as dist
+        import ddpfaults
+
+        @ddpfaults.scenario(world_size=2, variants=[
+            ddpfaults.variant("right", expect="completed"),
+            ddpfaults.variant("wrong", expect="hung"),
+        ])
+        def reduce_twice(ctx):
+            """Two all_reduces: it completes, so expecting a hang is wrong."""
+            for step in range(2):
+                ctx.step(step)
+                dist.all_reduce(torch.ones(1))
+    ''')
+    )
+    proc = _matrix(str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "| scenario | variant | expected | observed | root cause | seconds | ok |"
+    rows = [line for line in lines[2:] if line.startswith("| reduce_twice")]
+    assert len(rows) == 2
+    assert rows[0].startswith("| reduce_twice | right | completed | completed |") and rows[0].endswith("| yes |")
+    assert rows[1].startswith("| reduce_twice | wrong | hung | completed |") and "**MISMATCH**" in rows[1]
+    assert "1/2 cases matched" in proc.stdout
+    assert "reduce_twice[wrong]: expected hung, observed completed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "make_path, message",
+    [
+        (lambda tmp: str(tmp / "missing"), "does not exist"),
+        (lambda tmp: _write(tmp / "scenario_broken.py", "import no_such_module_here\n"), "failed to import"),
+        (lambda tmp: _write(tmp / "scenario_empty.py", "X = 1\n"), "no scenarios found"),
+    ],
+)
+def test_matrix_bad_input_is_one_error_line_and_exit_2(tmp_path, make_path, message):
+    proc = _matrix(make_path(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpfaults: error:") and message in lines[0], proc.stderr
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)

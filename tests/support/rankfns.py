@@ -1,0 +1,140 @@
+"""Module-level rank functions shared by the engine tests (they must be importable in the ranks)."""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def all_reduce_steps(ctx, steps=4):
+    """All-reduce a ones tensor once per step; return the final value."""
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t)
+    return float(t)
+
+
+def share_a_file(ctx):
+    """Rank 0 writes into shared_dir; after a barrier every rank reads it back."""
+    path = os.path.join(ctx.shared_dir, "note.txt")
+    if ctx.rank == 0:
+        with open(path, "w") as f:
+            f.write("from rank 0")
+    dist.barrier()
+    with open(path) as f:
+        return f.read(), ctx.shared_dir, ctx.world_size, ctx.seed
+
+
+def sleep_outside_collective(ctx, seconds):
+    """Rank 0 sleeps (idle, outside any collective) while the others wait in all_reduce."""
+    ctx.step(0)
+    if ctx.rank == 0:
+        time.sleep(seconds)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return float(t)
+
+
+def mismatched_sizes(ctx):
+    """Rank 0 all-reduces 1000 elements, the others 1: gloo aborts a receiver on the size mismatch."""
+    ctx.step(0)
+    dist.all_reduce(torch.ones(1000 if ctx.rank == 0 else 1))
+
+
+def returns_unpicklable(ctx):
+    """Return a value that cannot be pickled (a generator)."""
+    return (i for i in range(3))
+
+
+_KEEP_ALIVE = []
+
+
+def record_pids(ctx, directory, workers=2, hang=True):
+    """Start DataLoader workers and write rank{r}.json (pid, parent pid, worker pids, shared_dir), then
+    hang if asked (rank 0 skips the all_reduce the others wait in)."""
+    import json
+
+    loader = torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=workers, persistent_workers=True)
+    iterator = iter(loader)
+    next(iterator)
+    _KEEP_ALIVE.append(iterator)  # the workers outlive fn's return, as a leaked loader's would
+    info = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "workers": [w.pid for w in iterator._workers],
+        "shared_dir": ctx.shared_dir,
+    }
+    path = os.path.join(directory, f"rank{ctx.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(path + ".tmp", path)
+    ctx.step(0)
+    if hang and ctx.rank == 0:
+        return "skipped"
+    dist.all_reduce(torch.ones(1))
+    return "done"
+
+
+def skip_backward(ctx, wrap="plain"):
+    """Rank 1 skips backward() at step 2 (`continue`), with a plain DDP model or ctx.ddp."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 1)
+    model = ctx.ddp(module) if wrap == "ctx" else DistributedDataParallel(module)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        ctx.step(step)
+        loss = model(torch.randn(2, 4)).sum()
+        if ctx.rank == 1 and step == 2:
+            continue
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return "ok"
+
+
+def store_wait(ctx):
+    """Rank 0 waits on a store key nobody sets."""
+    ctx.step(0)
+    if ctx.rank == 0:
+        dist.distributed_c10d._get_default_store().wait(["never-set"])
+    return "ok"
+
+
+def draw_random(ctx):
+    """Return draws from the global RNGs the engine seeded."""
+    import random
+
+    return (random.random(), torch.rand(1).item())
+
+
+def leave_state_behind(ctx, what):
+    """Finish normally but leave process state behind of the kind ``what``."""
+    import threading
+
+    if what == "group":
+        dist.new_group(ranks=list(range(ctx.world_size)))
+    elif what == "no_grad":
+        torch.set_grad_enabled(False)
+    elif what == "dtype":
+        torch.set_default_dtype(torch.float64)
+    elif what == "thread":
+        threading.Thread(target=time.sleep, args=(30,), daemon=False).start()
+    elif what == "workers":
+        loader = torch.utils.data.DataLoader(list(range(8)), num_workers=1, persistent_workers=True)
+        iterator = iter(loader)
+        next(iterator)
+        _KEEP_ALIVE.append(iterator)
+    elif what == "collective":
+        dist.all_reduce = lambda *args, **kwargs: None
+    return os.getpid()
+
+
+def rss_kib(ctx):
+    """This rank's resident set size (KiB) after a small all_reduce."""
+    dist.all_reduce(torch.ones(1000))
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

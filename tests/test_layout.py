@@ -1,0 +1,370 @@
+"""The package layout's rules, checked on the source with ``ast`` (fast: no worlds, nothing of ddpfaults imported).
+
+The import graph covers every ``ddpfaults/**/*.py`` module. Each import statement is resolved to the ddpfaults
+module it loads: ``import ddpfaults.x.y`` to ``ddpfaults.x.y``; ``from ddpfaults.x import y`` to ``ddpfaults.x.y``
+if that is a module, else to ``ddpfaults.x``; relative imports likewise; a package stands for its ``__init__.py``.
+Each import is also classed by when it runs: ``module`` (at import time: module level, class bodies, ``try``/``if``
+blocks), ``function`` (inside a function body: when the function is called) or ``typing`` (under
+``if TYPE_CHECKING:``: never at run time). Dynamic imports (``importlib.import_module``) are not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import itertools
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ddpfaults"
+SCENARIOS = ROOT / "scenarios"
+MAX_LINES = 450
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    """One imported name of one import statement."""
+
+    source: str  # the importing module (dotted), or the scenario file's stem
+    path: Path
+    line: int
+    kind: str  # "module", "function" or "typing"
+    raw: str  # the module named in the statement, absolute (``torch.distributed``, ``ddpfaults.x.y``)
+    target: str | None  # the ddpfaults module it loads, None if it is not ddpfaults
+
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line} ({self.kind}-level)"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _package_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (packages by their ``__init__.py``)."""
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str | None:
+    """The ddpfaults module that importing ``name`` loads last: the longest prefix of it that is a module."""
+    modules = _package_files()
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, source: str, path: Path, package: str):
+        self.source, self.path, self.package = source, path, package
+        self.kind = "module"
+        self.found: list[Import] = []
+
+    def _within(self, kind: str, nodes) -> None:
+        saved, self.kind = self.kind, (self.kind if self.kind == "typing" else kind)
+        for node in nodes:
+            self.visit(node)
+        self.kind = saved
+
+    def visit_FunctionDef(self, node):
+        # decorators and defaults run at definition time; the body when called
+        self._within(self.kind, [*node.decorator_list, node.args])
+        self._within("function", node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        self._within("function", [node.body])
+
+    def visit_If(self, node):
+        if _is_type_checking(node.test):
+            self._within("typing", node.body)
+            self._within(self.kind, node.orelse)
+        else:
+            self.generic_visit(node)
+
+    def _add(self, node, raw: str, target: str | None) -> None:
+        self.found.append(Import(self.source, self.path, node.lineno, self.kind, raw, target))
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self._add(node, alias.name, _resolve(alias.name))
+
+    def visit_ImportFrom(self, node):
+        if node.level:
+            base = self.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            raw = ".".join([*base, node.module] if node.module else base)
+        else:
+            raw = node.module or ""
+        for alias in node.names:
+            candidate = f"{raw}.{alias.name}"
+            if alias.name != "*" and candidate in _package_files():
+                self._add(node, candidate, candidate)
+            else:
+                self._add(node, raw, _resolve(raw))
+
+
+def _imports_of(path: Path, source: str, package: str) -> list[Import]:
+    collector = _Collector(source, path, package)
+    collector.visit(ast.parse(path.read_text(), filename=str(path)))
+    return collector.found
+
+
+@cache
+def package_imports() -> tuple[Import, ...]:
+    """Every import statement of every ddpfaults module."""
+    found = []
+    for name, path in _package_files().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found += _imports_of(path, name, package)
+    return tuple(found)
+
+
+def _under(name: str | None, *prefixes: str) -> bool:
+    return name is not None and any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _listing(imports) -> str:
+    return "\n".join(dict.fromkeys(f"  {i.where()}: {i.source} imports {i.raw}" for i in imports))
+
+
+# -- import cycles ---------------------------------------------------------------------------------
+
+
+def _graph(kinds: set[str]) -> dict[str, dict[str, list[Import]]]:
+    """module -> imported ddpfaults module -> the imports making that edge (self-imports dropped)."""
+    graph: dict[str, dict[str, list[Import]]] = {m: {} for m in _package_files()}
+    for i in package_imports():
+        if i.kind in kinds and i.target is not None and i.target != i.source:
+            graph[i.source].setdefault(i.target, []).append(i)
+    return graph
+
+
+def _strongly_connected(graph) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one node, each sorted, largest first."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(found, key=lambda c: (-len(c), c))
+
+
+def _shortest_cycle(graph, component: list[str]) -> list[str]:
+    """A shortest cycle through the component's first module, as its list of modules (first one repeated)."""
+    start, members = component[0], set(component)
+    parents, frontier = {start: None}, [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w == start:
+                    path = [v]
+                    while parents[path[-1]] is not None:
+                        path.append(parents[path[-1]])
+                    return [*reversed(path), start]
+                if w in members and w not in parents:
+                    parents[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in {component}")  # a component always has one
+
+
+def _explain_cycles(graph, components) -> str:
+    lines = []
+    for component in components:
+        cycle = _shortest_cycle(graph, component)
+        lines.append(f"cycle among {len(component)} modules: {', '.join(component)}")
+        lines.append("  e.g. " + " -> ".join(cycle))
+        for a, b in itertools.pairwise(cycle):
+            lines += dict.fromkeys(f"    {i.where()}: {a} imports {i.raw}" for i in graph[a][b])  # one per line
+    return "\n".join(lines)
+
+
+def test_no_import_cycle_at_module_level():
+    """No cycle among ddpfaults modules in the imports that run at import time (module level, class bodies,
+    try/if blocks). Such a cycle makes the import order decide whether a name exists yet."""
+    graph = _graph({"module"})
+    components = _strongly_connected(graph)
+    assert not components, "import cycles (module-level imports):\n" + _explain_cycles(graph, components)
+
+
+def test_no_import_cycle_counting_function_level_imports():
+    """No cycle among ddpfaults modules even counting the imports inside functions (deferred imports are not a
+    licence for two modules to depend on each other: the layers stay a DAG). Module-level and function-level
+    imports both count here; ``if TYPE_CHECKING:`` imports do not (they never run)."""
+    graph = _graph({"module", "function"})
+    components = _strongly_connected(graph)
+    assert not components, "import cycles (module- and function-level imports):\n" + _explain_cycles(graph, components)
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    """The cycle finder itself: a planted three-module cycle (and a self-import, which is not one) is found."""
+    graph = {"a": {"b": []}, "b": {"c": []}, "c": {"a": [], "d": []}, "d": {}, "e": {"e": []}}
+    assert _strongly_connected(graph) == [["a", "b", "c"]]
+    assert _shortest_cycle(graph, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+
+
+def test_import_resolution():
+    """The resolver maps each import form to the module it loads (a check of the graph the rules rely on)."""
+    assert _resolve("ddpfaults.judge.results") == "ddpfaults.judge.results"
+    assert _resolve("ddpfaults.judge.results.Outcome") == "ddpfaults.judge.results"
+    assert _resolve("ddpfaults") == "ddpfaults"
+    assert _resolve("torch.distributed") is None
+    source = "from ddpfaults import errors, run_world\nfrom . import verdict\nfrom ..engine import census\n"
+    path = PACKAGE / "judge" / "_probe.py"
+    collector = _Collector("ddpfaults.judge._probe", path, "ddpfaults.judge")
+    collector.visit(ast.parse(source))
+    assert [i.target for i in collector.found] == [
+        "ddpfaults.errors",
+        "ddpfaults",
+        "ddpfaults.judge.verdict",
+        "ddpfaults.engine.census",
+    ]
+
+
+# -- module size ------------------------------------------------------------------------------------
+
+
+def test_no_module_over_450_lines():
+    """No module in ddpfaults/ has more than 450 lines: a bigger one is split by what its parts do."""
+    sizes = {p: len(p.read_text().splitlines()) for p in _package_files().values()}
+    over = sorted((n, p) for p, n in sizes.items() if n > MAX_LINES)
+    assert not over, f"modules over {MAX_LINES} lines:\n" + "\n".join(
+        f"  {p.relative_to(ROOT)}: {n} lines" for n, p in reversed(over)
+    )
+
+
+# -- layering ---------------------------------------------------------------------------------------
+
+
+def test_rank_side_imports_no_launcher_and_no_plugin():
+    """ddpfaults/rank/ imports nothing of ddpfaults.engine, ddpfaults.torchrun, ddpfaults.plugin or
+    ddpfaults.settings, at any level (module, function or TYPE_CHECKING): the rank side runs inside the rank
+    processes and knows nothing of who launched them."""
+    forbidden = ("ddpfaults.engine", "ddpfaults.torchrun", "ddpfaults.plugin", "ddpfaults.settings")
+    bad = [i for i in package_imports() if _under(i.source, "ddpfaults.rank") and _under(i.target, *forbidden)]
+    assert not bad, "the rank side imports the launchers or the plugin:\n" + _listing(bad)
+
+
+def test_judge_never_imports_torch():
+    """ddpfaults/judge/ never imports torch (no ``import torch`` / ``from torch ...`` anywhere in those files,
+    functions included): judging a world is pure Python over the ranks' results."""
+    bad = [i for i in package_imports() if _under(i.source, "ddpfaults.judge") and _under(i.raw, "torch")]
+    assert not bad, "the judge imports torch:\n" + _listing(bad)
+
+
+def test_faults_import_no_rank_engine_toy_or_torch_at_module_level():
+    """ddpfaults/faults/ imports none of ddpfaults.rank, ddpfaults.engine, ddpfaults.toy or torch at module level
+    (import time): faults are values a launcher builds and pickles; what they apply inside a rank is imported when
+    it is applied."""
+    forbidden = ("ddpfaults.rank", "ddpfaults.engine", "ddpfaults.toy")
+    bad = [
+        i
+        for i in package_imports()
+        if _under(i.source, "ddpfaults.faults")
+        and i.kind == "module"
+        and (_under(i.target, *forbidden) or _under(i.raw, "torch"))
+    ]
+    assert not bad, "module-level imports the faults must not make:\n" + _listing(bad)
+
+
+SCENARIO_API = ("ddpfaults", "ddpfaults.faults", "ddpfaults.remedies")
+
+
+def test_scenarios_use_only_the_public_api():
+    """scenarios/*.py import from ddpfaults only ``ddpfaults`` itself, ``ddpfaults.faults``, ``ddpfaults.remedies``
+    and ``ddpfaults.toy.*`` (the public API a user's scenario has), or a sibling module of scenarios/; at any level.
+    """
+    files = sorted(SCENARIOS.glob("*.py"))
+    assert files, f"no scenario modules in {SCENARIOS}"
+    siblings = {p.stem for p in files}
+    bad = []
+    for path in files:
+        for i in _imports_of(path, path.stem, ""):
+            top = i.raw.partition(".")[0]
+            if top in siblings or not _under(i.raw, "ddpfaults"):
+                continue
+            if not (i.target in SCENARIO_API or _under(i.target, "ddpfaults.toy")):
+                bad.append(i)
+    assert not bad, "scenarios importing beyond the public API:\n" + _listing(bad)
+
+
+# -- ruff -------------------------------------------------------------------------------------------
+
+
+def _ruff() -> list[str]:
+    if importlib.util.find_spec("ruff") is not None:
+        return [sys.executable, "-m", "ruff"]
+    if shutil.which("ruff"):
+        return [shutil.which("ruff")]
+    pytest.skip("ruff is not installed (it comes with the test extra: pip install -e '.[test]')")
+
+
+def test_ruff_check_is_clean():
+    """``ruff check`` reports nothing for the whole repository (rules: [tool.ruff] in pyproject.toml)."""
+    done = subprocess.run(
+        [*_ruff(), "check", "--output-format", "concise", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format_is_clean():
+    """``ruff format --check`` finds nothing to reformat in the whole repository."""
+    done = subprocess.run(
+        [*_ruff(), "format", "--check", "--output-format", "concise", "--no-cache", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

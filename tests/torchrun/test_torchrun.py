@@ -1,0 +1,220 @@
+"""The same scenario module under torchrun (gloo on localhost) and under the local engine: same verdicts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+
+import pytest
+import torch
+
+from ddpfaults.spec import RunSpec
+from ddpfaults.torchrun.worker import load_case
+
+SCENARIO = textwrap.dedent('''
+    """All-reduce steps that complete, hang or crash; rank 0 failing in two ways; a wrong expectation."""
+    import os
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    import ddpfaults
+    from ddpfaults.faults import RankCrash, SkippedCollective
+
+    CRASH = KeyError("segment_mask")
+
+
+    @ddpfaults.scenario(stall=10.0, variants=[
+        ddpfaults.variant("completes", expect="completed"),
+        ddpfaults.variant("hangs", faults=[SkippedCollective(rank=1, step=2)], stall=1.0,
+                          expect="hung on rank 1 in all_reduce"),
+        ddpfaults.variant("crashes", faults=[RankCrash(rank=1, step=2, exc=CRASH)],
+                          expect="crashed with KeyError on rank 1"),
+        ddpfaults.variant("rank0_raises", faults=[RankCrash(rank=0, step=2, exc=CRASH)],
+                          expect="crashed with KeyError on rank 0"),
+        ddpfaults.variant("rank0_killed", kwargs={"kill": 0}, expect="crashed on rank 0"),
+        ddpfaults.variant("wrong_expect", expect="hung"),
+    ])
+    def steps(ctx, steps=4, kill=None):
+        """Every step all-reduces a tensor (on ctx.device: the CPU on gloo, the rank's GPU on NCCL)."""
+        t = torch.ones(1, device=ctx.device)
+        for step in range(steps):
+            ctx.step(step)
+            if ctx.rank == kill and step == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.all_reduce(t)
+        return float(t)
+''')
+
+NO_GPU = "NCCL needs CUDA GPUs: torch.cuda.is_available() is False on this machine"
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    """``spec(variant)``: the case spec of a variant of the scenario module written into ``tmp_path``."""
+    path = tmp_path / "scenario_tr.py"
+    path.write_text(SCENARIO)
+    return lambda variant: f"{path}::steps[{variant}]"
+
+
+def _survivors(markers) -> list[str]:
+    """Live processes whose command line or environment mentions one of ``markers``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read().decode(errors="replace")
+            except OSError:
+                environ = ""
+        except OSError:
+            continue
+        if int(pid) != os.getpid() and any(m in cmdline or m in environ for m in markers):
+            found.append(f"{pid}: {cmdline[:160]}")
+    return found
+
+
+def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0):
+    """Run ``spec`` under torchrun (c10d rendezvous on a free localhost port); return (exit code, world, wall s).
+
+    Afterwards no process of the run (agent, ranks, their children) nor its temp dirs may be left: the census.
+    """
+    run_id = f"ddpf-{uuid.uuid4().hex[:12]}"
+    report = tmp_path / f"{run_id}.json"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:0",
+        f"--rdzv-id={run_id}",
+        "-m",
+        "ddpfaults.launch",
+        spec,
+        "--report",
+        str(report),
+        *extra,
+    ]
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True
+    )
+    try:
+        output, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"torchrun did not finish in {limit} s:\n{output[-3000:]}")
+    wall = time.monotonic() - started
+    deadline = time.monotonic() + 3.0  # a rank's stderr tee ends a moment after the rank
+    while (left := _survivors([run_id])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes of the torchrun world survived it: {left}"
+    dirs = [d for d in os.listdir(tempfile.gettempdir()) if d.startswith("ddpfaults-torchrun-") and run_id in d]
+    assert not dirs, f"the torchrun world left temp dirs behind: {dirs}"
+    world = json.loads(report.read_text())["worlds"][0] if report.exists() else None
+    assert world is not None, f"no report written (exit {proc.returncode}):\n{output[-3000:]}"
+    world["_output"] = output
+    return proc.returncode, world, wall
+
+
+def _local(spec: str, nproc: int):
+    return load_case(spec).run(RunSpec(world_size=nproc))
+
+
+@pytest.mark.parametrize("variant", ["completes", "hangs", "crashes"])
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, variant):
+    code, world, _ = torchrun(tmp_path, nproc, scenario(variant))
+    assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
+    assert world["world_size"] == nproc and world["start_method"] == "torchrun"
+    assert world["nodeid"].endswith(f"scenario_tr.py::steps[{variant}]")
+    local = _local(scenario(variant), nproc)
+    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
+    ranks = world["ranks"]
+    if variant == "completes":
+        assert world["outcome"] == "completed" and [r["value"] for r in ranks] == [float(nproc**4)] * nproc
+    elif variant == "hangs":
+        assert world["outcome"] == "hung" and world["root_rank"] == 1
+        assert world["reason"].startswith("no progress for 1 s")
+        stall, verdict = world["events"]
+        latency = verdict["t"] - stall["t"]  # from the last progress of any rank to the verdict
+        assert latency <= world["stall"] + 1.0, f"hang verdict {latency:.2f} s after the last progress"
+        for r in ranks:
+            if r["rank"] != 1:
+                assert r["state"] == "blocked" and "in all_reduce" in r["stack"] and "scenario_tr.py" in r["stack"]
+    else:
+        assert world["outcome"] == "crashed" and world["root_rank"] == 1
+        assert ranks[1]["error"] == "KeyError: 'segment_mask'" and not ranks[1]["collateral"]
+        assert all(r["collateral"] and "by peer" in r["error"] for r in ranks if r["rank"] != 1), ranks
+
+
+@pytest.mark.parametrize("variant", ["rank0_raises", "rank0_killed"])
+def test_rank0_failing_is_still_judged(tmp_path, scenario, variant):
+    """rank 0 holds the judge's seat: raising, it keeps judging; killed, another rank takes the seat."""
+    code, world, _ = torchrun(tmp_path, 2, scenario(variant))
+    assert world["outcome"] == "crashed" and world["root_rank"] == 0, world["root_cause"]
+    if variant == "rank0_raises":
+        assert code == 0 and world["ranks"][0]["error"] == "KeyError: 'segment_mask'"
+    else:
+        assert world["ranks"][0]["state"] == "died" and world["ranks"][1]["collateral"]
+        assert "takes over judging" in world["_output"]
+        assert code != 0  # torchrun itself fails a world where a worker died by a signal, whatever the verdict
+
+
+def test_a_verdict_that_does_not_match_fails_torchrun(tmp_path, scenario):
+    code, world, _ = torchrun(tmp_path, 2, scenario("wrong_expect"))
+    assert world["outcome"] == "completed" and code == 1
+    assert "expected hung, observed completed: MISMATCH" in world["_output"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
+def test_nccl_without_cuda_is_a_clear_error(tmp_path, scenario):
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": "29999",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpfaults.launch", scenario("completes"), "--backend", "nccl"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "--backend nccl needs CUDA GPUs, but torch.cuda.is_available() is False" in proc.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+@pytest.mark.parametrize("variant", ["completes", "hangs", "crashes"])
+def test_nccl_verdicts(tmp_path, scenario, variant):
+    """NCCL on one GPU per rank (unverified here: no GPU). NCCL collectives are asynchronous and NCCL peers of a
+    failed rank wait rather than fail, so a hang may only be found at the timeout and a crash may judge hung."""
+    nproc = min(2, torch.cuda.device_count())
+    if nproc < 2:
+        pytest.skip("NCCL tests need 2 GPUs")
+    _, world, _ = torchrun(tmp_path, nproc, scenario(variant), "--backend", "nccl", "--timeout", "30", limit=120)
+    assert world["backend"] == "nccl"
+    expected = {"completes": ("completed",), "hangs": ("hung",), "crashes": ("crashed", "hung")}[variant]
+    assert world["outcome"] in expected, world["root_cause"]
+    if variant == "crashes":
+        assert world["root_rank"] == 1 and world["ranks"][1]["error"] == "KeyError: 'segment_mask'"
