@@ -182,7 +182,7 @@ def test_document_round_trips_real_worlds(tmp_path, hung4, crashed4):
 def test_build_document_takes_dicts_and_checks_nodeids(hung4):
     document = build_document([hung4.to_dict()], nodeids=["a::b"])
     assert document == {"schema": SCHEMA, "worlds": [{**hung4.to_dict(), "nodeid": "a::b"}]}
-    with pytest.raises(ValueError, match="nodeids has 2 entries for 1 worlds"):
+    with pytest.raises(ReportFileError, match="nodeids has 2 entries for 1 worlds"):
         build_document([hung4], nodeids=["a", "b"])
 
 
