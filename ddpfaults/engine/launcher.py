@@ -16,7 +16,7 @@ import time
 from ddpfaults import errors
 from ddpfaults.engine import pool
 from ddpfaults.faults import check_faults
-from ddpfaults.judge import loop
+from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.rank.main import Job
@@ -41,6 +41,7 @@ def run_world(
     threads: int | None = None,
     reuse: bool | None = None,
     spec: RunSpec | None = None,
+    flight_recorder_dir: str | os.PathLike | None = None,
 ) -> WorldResult:
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
@@ -50,7 +51,9 @@ def run_world(
     their peers is judged hung. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
     "Connection closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
     ``reuse`` runs on a warm world of the same shape if one is pooled, and pools this one if it stays healthy
-    (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``).
+    (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``). ``flight_recorder_dir``: a folder to
+    receive every rank's flight-recorder dump (``rank_0``, ``rank_1``... as torch's
+    ``python -m torch.distributed.flight_recorder.fr_trace DIR`` reads them).
     """
     if reuse is None:
         reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -69,7 +72,9 @@ def run_world(
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
     faults = check_faults(faults, spec.world_size)
     payload = _pickle_payload(fn, args, kwargs or {})
-    return _LocalWorld(fn, payload, faults, spec, kwargs_repr=repr(dict(kwargs)) if kwargs else "").run()
+    world = _LocalWorld(fn, payload, faults, spec, kwargs_repr=repr(dict(kwargs)) if kwargs else "")
+    world.flight_recorder_dir = os.fspath(flight_recorder_dir) if flight_recorder_dir is not None else None
+    return world.run()
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -99,6 +104,7 @@ class _LocalWorld(loop.Observer):
         self.dir = None
         self.warm = False
         self.sentinels: dict = {}
+        self.flight_recorder_dir: str | None = None
 
     @property
     def procs(self) -> list:
@@ -123,6 +129,8 @@ class _LocalWorld(loop.Observer):
                 warm=self.warm,
                 kwargs=self.kwargs_repr,
             )
+            if self.flight_recorder_dir is not None:
+                result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
             keep = self.spec.reuse and self._reusable(result)
             if not keep:
                 alive = self.ranks.live()
@@ -191,6 +199,15 @@ class _LocalWorld(loop.Observer):
             and all(w.leftovers == [] for w in self.watches)
         )
 
+    def _keep_flight_records(self, directory: str) -> str:
+        """Copy every rank's flight-recorder dump into ``directory`` as ``rank_N`` (fr_trace's layout)."""
+        os.makedirs(directory, exist_ok=True)
+        for i in range(self.spec.world_size):
+            source = os.path.join(self.dir, f"rank{i}.fr")
+            if os.path.exists(source):
+                shutil.copyfile(source, os.path.join(directory, f"rank_{i}"))
+        return directory
+
     # -- the judge's view (loop.Observer) -------------------------------------------------
     def poll(self, wait: float) -> None:
         """Wait for a rank to exit (at most ``wait`` s), then read every rank's new events."""
@@ -246,6 +263,21 @@ class _LocalWorld(loop.Observer):
                     pending.discard(i)
                 seen[i] = size
 
+    def collect_flight_records(self, indices: list[int]) -> None:
+        """Ask the given live ranks for a flight-recorder dump (a request file their recorder thread polls)."""
+        paths = {i: os.path.join(self.dir, f"rank{i}.fr") for i in indices if self.watches[i].events}
+        before = {i: _mtime(p) for i, p in paths.items()}
+        for p in paths.values():
+            with open(p + ".req", "w") as f:
+                f.write(str(time.monotonic()))
+        deadline = time.monotonic() + STACK_WAIT
+        while time.monotonic() < deadline and any(_mtime(p) == before[i] for i, p in paths.items()):
+            time.sleep(0.01)
+
+    def flight_record(self, i: int) -> dict | None:
+        """The rank's last flight-recorder dump in this job's directory."""
+        return flight.read_dump(os.path.join(self.dir, f"rank{i}.fr"))
+
     def reported(self, i: int) -> dict | None:
         """The result file the rank wrote before its end event."""
         path = os.path.join(self.dir, f"rank{i}.result")
@@ -277,6 +309,13 @@ class _LocalWorld(loop.Observer):
             output=tail(os.path.join(self.dir, f"rank{i}.out")),
             events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events],
         )
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def _raise_on_sigterm():

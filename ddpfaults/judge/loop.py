@@ -15,9 +15,11 @@ Two observers exist: the local launcher's (rank files and processes on this mach
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 
+from ddpfaults.judge import flight
 from ddpfaults.judge.results import RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
 from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
@@ -69,6 +71,13 @@ class Observer:
     def death(self, i: int, reason: StopReason, now: float) -> tuple[str, str, str | None, float | None] | None:
         """``(error, output, stack, failed_at)`` if rank ``i`` died without reporting, else None."""
         raise NotImplementedError
+
+    def collect_flight_records(self, indices: list[int]) -> None:
+        """Have the given live ranks dump their flight recorder (ended ranks dumped theirs at the end)."""
+
+    def flight_record(self, i: int) -> dict | None:
+        """Rank ``i``'s flight-recorder dump, unpickled (None: not available; the tracing is the record)."""
+        return None
 
     def exited(self, i: int) -> bool:
         """True if rank ``i``'s process is known to have ended."""
@@ -130,8 +139,10 @@ def _all_blocked(observer: Observer, live: list[int], now: float) -> bool:
     return True
 
 
-def rank_result(observer: Observer, i: int, reason: StopReason, now: float, peer_failure: str) -> RankResult:
-    """What rank ``i`` did, as the judge found it."""
+def rank_result(
+    observer: Observer, i: int, reason: StopReason, now: float, peer_failure: str, recorded: list
+) -> RankResult:
+    """What rank ``i`` did, as the judge found it (``recorded``: its flight-recorder collectives, if any)."""
     w = observer.watches[i]
     res = RankResult(
         rank=i,
@@ -166,6 +177,9 @@ def rank_result(observer: Observer, i: int, reason: StopReason, now: float, peer
         res.where = "starting (no event yet)"
     else:
         waiting = w.waiting_in()
+        open_calls = [c for c in recorded if not c.done]
+        if open_calls and (waiting is None or is_waiting_stack(w.stack)):
+            waiting = open_calls[-1]  # the recorder sees collectives the tracing does not (DDP's own)
         if waiting is not None:
             res.state, res.where = RankState.BLOCKED, f"in {waiting.describe()}"
         elif is_waiting_stack(w.stack):
@@ -176,15 +190,44 @@ def rank_result(observer: Observer, i: int, reason: StopReason, now: float, peer
     return res
 
 
+def _divergence(ranks: list[RankResult], recorded: list[list]):
+    """The first divergent collective: from torch's flight recorder, over the ranks that left a dump (a rank
+    killed by a signal leaves none); failing that, from ddpfaults' tracing, which every rank has but which
+    misses what DDP and libraries call themselves. The ranks compared keep the record the divergence was
+    found in (the two number collectives differently)."""
+    having = [i for i, record in enumerate(recorded) if record]
+    divergence = None
+    if len(having) >= 2:
+        divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
+    if divergence is None and len(having) < len(ranks):
+        return first_divergence(ranks)
+    for i in having:
+        ranks[i].collectives, ranks[i].recorder = recorded[i], "flight recorder"
+    return divergence
+
+
+def _recorded_collectives(observer: Observer, i: int) -> list:
+    """Rank ``i``'s collectives from its flight-recorder dump, made since its job started ([] without one)."""
+    dump = observer.flight_record(i)
+    start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
+    if dump is None or start is None:
+        return []
+    offset = start.get("wall", start["t"]) - start["t"]  # the rank's event clock to wall-clock seconds
+    steps = [(e["t"] + offset, e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
+    return flight.collectives(dump, since_wall=start["t"] + offset, steps=steps)
+
+
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> WorldResult:
     """The world's result: every rank's result, collateral errors marked, divergence, root cause, outcome.
 
     ``about`` holds the :class:`WorldResult` fields the judge cannot know (faults, function, replay, ...).
     """
+    observer.collect_flight_records(observer.live(time.monotonic()))
     now = time.monotonic()
-    ranks = [rank_result(observer, i, reason, now, spec.peer_failure) for i in range(len(observer.watches))]
+    recorded = [_recorded_collectives(observer, i) for i in range(len(observer.watches))]
+    ranks = [rank_result(observer, i, reason, now, spec.peer_failure, recorded[i]) for i in range(len(recorded))]
     mark_collateral(ranks)
-    divergence = first_divergence(ranks)
+    divergence = _divergence(ranks, recorded)
     root_rank, cause = root_cause(ranks, divergence, reason)
     elapsed = now - observer.t0
     events = [{"k": "verdict", "t": round(elapsed, 6), "reason": str(reason)}]

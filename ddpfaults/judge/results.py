@@ -45,6 +45,11 @@ _STATE_OUTCOME = {
 }
 
 
+#: ops that pair two ranks (a send on one, a recv on the other, as many as the pattern needs): not compared
+#: position by position across all ranks
+POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+
+
 @dataclass
 class Collective:
     """One traced collective call on one rank."""
@@ -171,6 +176,7 @@ class RankResult:
     failed_at: float | None = None  # seconds since world start when the rank raised or died
     collectives: list[Collective] = field(default_factory=list)
     fired: list[FiredFault] = field(default_factory=list)
+    recorder: str = "tracing"  # where ``collectives`` came from: torch's "flight recorder", or ddpfaults' tracing
     output: str = ""  # the captured stdout+stderr (tail)
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
 
@@ -225,6 +231,7 @@ class WorldResult:
     kwargs: str = ""  # repr of the keyword arguments the function got (for the replay line)
     replay: str | None = None
     events: list[dict] = field(default_factory=list)  # launcher-side: stall began, verdict (t since start)
+    flight_records: str | None = None  # the folder holding every rank's flight-recorder dump, if kept
     warm: bool = False  # ran on a warm (reused) world
     reused: bool = False  # went back to the pool for the next run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ddpfaults.judge.results import (
+    POINT_TO_POINT,
     Collective,
     Divergence,
     DivergenceGroup,
@@ -69,17 +70,19 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
     """Compare the ranks' collective sequences; return the first position where they differ.
 
     Ranks that raised or died are compared only up to where they stopped: a crash ends
-    a sequence early without being a divergence (its error is the root cause instead).
+    a sequence early without being a divergence (its error is the root cause instead). Point-to-point ops
+    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs.
     """
     if len(ranks) < 2:
         return None
     live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
-    longest = max((len(r.collectives) for r in ranks), default=0)
+    calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT] for r in ranks}
+    longest = max((len(c) for c in calls.values()), default=0)
     for i in range(longest):
         groups: dict = {}
         for rank in ranks:
-            if i < len(rank.collectives):
-                call: Collective = rank.collectives[i]
+            if i < len(calls[rank.rank]):
+                call: Collective = calls[rank.rank][i]
                 key, what, step = call.signature(), (call, None), call.step
             elif rank in live:
                 key, what, step = ("absent", str(rank.state)), (None, _absent(rank)), None

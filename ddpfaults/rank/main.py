@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from ddpfaults.rank import context
+from ddpfaults.rank import context, flight
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 
@@ -174,6 +174,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     _redirect_output(os.path.join(job.job_dir, f"rank{r}.out"))
     os.environ.clear()
     os.environ.update(job.env)
+    flight.enable()
     global _stack_file
     previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")
     faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
@@ -181,7 +182,16 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
-    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)
+    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident, wall=time.time())
+    flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
+    recorder = flight.DumpOnRequest(flight_path)
+    recorder.start()
+
+    def publish(result):
+        recorder.stop()
+        flight.write(flight_path)
+        _write_result(result_path, result)
+
     torch.set_num_threads(config.threads)
     ctx = RankContext(
         rank=r,
@@ -216,7 +226,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         ctx,
         load=lambda: _load_payload(job),
         init_process_group=init_process_group,
-        publish=lambda result: _write_result(result_path, result),
+        publish=publish,
         leftovers=left_behind,
     )
     if result["error"] is not None:

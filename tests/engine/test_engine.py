@@ -219,20 +219,21 @@ def test_result_round_trips_through_json():
     assert again.ranks[0].collectives == result.ranks[0].collectives
 
 
-def test_untraced_ddp_reduction_is_found_from_the_stack():
-    result = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "plain"}, stall=1.0, timeout=30)
-    assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress")
-    assert result.ranks[1].state == RankState.FINISHED
-    for r in (result.ranks[0], result.ranks[2], result.ranks[3]):
-        assert r.state == RankState.BLOCKED and r.where.startswith("untraced wait:") and "backward" in r.where
-    assert result.root_rank == 1 and "rank 1 finished without joining" in result.root_cause
-
-
-def test_traced_ddp_reduction_names_the_diverging_rank():
-    result = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "ctx"}, stall=1.0, timeout=30)
-    assert result.outcome == Outcome.HUNG
-    assert result.root_rank == 1
-    assert "[DDP gradient bucket 0]" in result.divergence.describe()
+def test_plain_ddp_names_the_diverging_rank_and_bucket_as_ctx_ddp_does():
+    """torch's flight recorder sees DDP's own gradient all_reduces: a plain DDP model needs no ctx.ddp."""
+    plain = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "plain"}, stall=1.0, timeout=30)
+    traced = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "ctx"}, stall=1.0, timeout=30)
+    for result in (plain, traced):
+        assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress"), result.report()
+        assert result.ranks[1].state == RankState.FINISHED and result.root_rank == 1, result.report()
+        for r in (result.ranks[0], result.ranks[2], result.ranks[3]):
+            assert r.state == RankState.BLOCKED and r.recorder == "flight recorder"
+            assert r.where.startswith("in all_reduce(") and "[DDP gradient bucket]" in r.where, r.where
+        assert result.divergence.odd_ranks == (1,) and result.divergence.ops() == {"all_reduce"}
+        assert "[DDP gradient bucket] at rankfns.py:" in result.divergence.describe()
+        assert "in skip_backward (step 2)" in result.divergence.describe()
+    assert plain.divergence.describe() == traced.divergence.describe()
+    assert plain.root_cause == traced.root_cause
 
 
 def test_store_wait_counts_as_waiting_on_peers():

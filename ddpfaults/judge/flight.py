@@ -1,0 +1,89 @@
+"""A rank's flight-recorder dump (torch's record of every collective it made) as the judge's collectives.
+
+Pure functions over the unpickled dump (``version``, ``pg_config``, ``pg_status``, ``entries``); no torch.
+Each entry becomes a :class:`~ddpfaults.judge.results.Collective`: its op (``gloo:all_reduce`` ->
+``all_reduce``), input sizes, the call site in the user's code (the innermost frame outside torch and
+ddpfaults' rank machinery), the step the rank was in when it was made (from the rank's step events), a note
+naming what made it when that was not the user's own call (a DDP gradient bucket, DDP's forward broadcast,
+a process group other than the default), and whether it completed (the group's ``last_completed``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import pickle
+
+from ddpfaults.judge.results import Collective
+
+#: path pieces of frames that are machinery, never the call site a report should name
+MACHINERY = (
+    f"{os.sep}torch{os.sep}",
+    f"{os.sep}ddpfaults{os.sep}rank{os.sep}",
+    f"{os.sep}ddpfaults{os.sep}faults{os.sep}",
+    f"{os.sep}ddpfaults{os.sep}torchrun{os.sep}",
+    f"{os.sep}multiprocessing{os.sep}",
+)
+#: (frame function, note): what made a collective when a DDP internal frame is on its stack
+_MAKERS = (
+    ("_engine_run_backward", "DDP gradient bucket"),
+    ("_pre_forward", "DDP forward broadcast"),
+    ("_sync_module_states", "DDP construction"),
+    ("_verify_param_shape_across_processes", "DDP construction"),
+)
+
+
+def read_dump(path: str) -> dict | None:
+    """The unpickled dump at ``path`` (None if there is none or it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
+def _site(frames: list) -> str:
+    for frame in frames:
+        path = frame.get("filename", "")
+        if not any(piece in path for piece in MACHINERY) and not path.startswith("<"):
+            return f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
+    return "?"
+
+
+def _note(entry: dict) -> str:
+    names = {frame.get("name") for frame in entry.get("frames") or []}
+    notes = [note for name, note in _MAKERS if name in names][:1]
+    group = entry.get("process_group") or ("0", "default_pg")
+    if str(group[0]) != "0":
+        notes.append(f"process group {group[0]}")
+    return "; ".join(notes)
+
+
+def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float, int]]) -> list[Collective]:
+    """The collectives a rank made since ``since_wall`` (its job's start, wall-clock seconds), in order.
+
+    ``steps`` holds ``(wall time, step)`` of the rank's step events, in time order, to give each collective
+    the step the rank was in when it made it.
+    """
+    entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
+    if since_wall is not None:
+        entries = [e for e in entries if e.get("time_created_ns", 0) >= since_wall * 1e9]
+    status = dump.get("pg_status") or {}
+    times = [t for t, _ in steps]
+    found = []
+    for i, entry in enumerate(entries, 1):
+        created = entry.get("time_created_ns", 0) / 1e9
+        at = bisect.bisect_right(times, created) - 1
+        completed = int((status.get(str(entry.get("pg_id"))) or {}).get("last_completed_collective", -1))
+        found.append(
+            Collective(
+                seq=i,
+                op=str(entry.get("profiling_name", "?")).split(":", 1)[-1],
+                shapes=[list(s) for s in entry.get("input_sizes") or []],
+                site=_site(entry.get("frames") or []),
+                step=steps[at][1] if at >= 0 else None,
+                note=_note(entry),
+                done=entry.get("collective_seq_id", 0) <= completed,
+            )
+        )
+    return found

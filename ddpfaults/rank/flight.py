@@ -1,0 +1,87 @@
+"""torch's flight recorder inside a rank: switched on before the process group exists, dumped on request.
+
+With ``TORCH_FR_BUFFER_SIZE`` set before ``init_process_group``, torch records every collective of every
+process group (gloo included: DDP's buckets and forward broadcasts, FSDP's, any library's) with its sizes,
+sequence ids and Python frames. A rank dumps that record (torch's own pickle, the format
+``python -m torch.distributed.flight_recorder.fr_trace`` reads) at the end of each job, before a failed rank
+exits, and whenever the judge asks: a :class:`DumpOnRequest` thread polls a request file, so a rank whose
+main thread is blocked in a gloo collective (the GIL released) still answers.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+
+import torch
+
+BUFFER_ENTRIES = "4000"  # collectives kept per rank (torch's ring buffer) unless the user set the variable
+POLL = 0.02  # seconds between looks at the request file
+
+
+def enable() -> None:
+    """Switch the flight recorder on for process groups created from now on (the user's size wins)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", BUFFER_ENTRIES)
+
+
+def dump() -> bytes | None:
+    """The flight recorder's record of this process (torch's pickle, made self-describing: every process group
+    with its ranks, which gloo's dumps leave out), or None where torch cannot give it."""
+    try:
+        record = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, True, False))
+    except Exception:  # noqa: BLE001 - no recorder (older torch, no process group): the tracing is the record
+        return None
+    groups = _process_groups()
+    if groups:
+        record["pg_config"] = groups
+    return pickle.dumps(record)
+
+
+def _process_groups() -> dict:
+    """``{name: {"name", "desc", "ranks"}}`` of this process's groups, as torch's analyzer expects them."""
+    from torch.distributed import distributed_c10d as c10d
+
+    world = c10d._world
+    found = {}
+    for group, name in list(world.pg_names.items()):
+        desc = "default_pg" if group is world.default_pg else getattr(group, "group_desc", "undefined")
+        ranks = sorted(world.pg_group_ranks.get(group, {}))
+        found[name] = {"name": name, "desc": desc, "ranks": str(ranks)}
+    return found
+
+
+def write(path: str) -> bool:
+    """Write :func:`dump` to ``path`` atomically; False if there was nothing to write."""
+    data = dump()
+    if data is None:
+        return False
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+    return True
+
+
+class DumpOnRequest(threading.Thread):
+    """Dumps the record to ``path`` each time the request file ``path + ".req"`` changes (one per job)."""
+
+    def __init__(self, path: str):
+        super().__init__(name="ddpfaults-flight-recorder", daemon=True)
+        self.path = path
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        """Poll the request file until stopped."""
+        served = None
+        while not self.stopped.wait(POLL):
+            try:
+                asked = os.stat(self.path + ".req").st_mtime_ns
+            except FileNotFoundError:
+                continue
+            if asked != served:
+                served = asked
+                write(self.path)
+
+    def stop(self) -> None:
+        """Stop polling (the job is over)."""
+        self.stopped.set()

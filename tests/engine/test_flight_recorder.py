@@ -1,0 +1,109 @@
+"""torch's flight recorder as the collective record: plain DDP judged like ctx.ddp, dumps torch's analyzer reads."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import rankfns
+from ddpfaults import Outcome, run_world
+from ddpfaults.faults import RankCrash
+from ddpfaults.scenario import discover
+from ddpfaults.spec import RunSpec
+
+
+def _signature(result):
+    divergence = result.divergence.describe() if result.divergence is not None else None
+    return result.outcome, result.root_rank, divergence
+
+
+def test_every_builtin_scenario_judges_plain_ddp_as_ctx_ddp(monkeypatch):
+    """With plain DistributedDataParallel (DDPFAULTS_TRACE_DDP=0: ctx.ddp installs no tracing hook), every built-in
+    case has the same verdict, root-cause rank and first divergent collective as with the tracing hook."""
+    cases = discover()
+    traced = {case.id: _signature(case.run(RunSpec(seed=0))) for case in cases}
+    monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
+    plain = {case.id: _signature(case.run(RunSpec(seed=0))) for case in cases}
+    assert plain == traced
+
+
+def test_plain_ddp_criterion_skip_names_the_rank_that_diverged_not_the_one_gloo_aborted(monkeypatch):
+    """The SIGABRT case: one empty rank skips the criterion's all_reduce(num_masks) under plain DDP; gloo
+    aborts a peer (a size mismatch against the peers' gradient bucket). 20 runs of 20 blame the empty rank."""
+    monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
+    (case,) = [c for c in discover() if c.id == "empty_batch[criterion_skip]"]
+    for seed in range(20):
+        result = case.run(RunSpec(seed=seed))
+        assert result.outcome == Outcome.CRASHED, result.report()
+        died = [r.rank for r in result.ranks if str(r.state) == "died"]
+        assert died and 1 not in died, result.report()  # gloo aborted a receiver, not the rank that diverged
+        assert result.root_rank == 1 and "rank 1 diverged" in result.root_cause, result.report()
+        assert result.divergence is not None and result.divergence.odd_ranks == (1,), result.report()
+
+
+def _fr_trace(directory) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr  # its findings are logged (stderr)
+
+
+def test_torchs_analyzer_reads_the_dumps_and_agrees_on_the_rank_of_a_hang(tmp_path):
+    """fr_trace, torch's own analyzer, over a hung world's dumps finds the collective rank 1 never joined.
+
+    Where they differ: fr_trace matches collectives by sequence number and sizes only, so it names the first
+    collective rank 1 is missing from (the last one, after rank 1 finished); ddpfaults also compares the call
+    site and step, and names the earlier collective where rank 1 was already a step ahead. Both blame rank 1.
+    """
+    result = run_world(
+        rankfns.skip_backward,
+        world_size=4,
+        kwargs={"wrap": "plain"},
+        stall=1.0,
+        timeout=30,
+        flight_recorder_dir=tmp_path / "dumps",
+    )
+    assert result.outcome == Outcome.HUNG and result.root_rank == 1
+    assert result.flight_records == str(tmp_path / "dumps")
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["rank_0", "rank_1", "rank_2", "rank_3"]
+    found = _fr_trace(tmp_path / "dumps")
+    assert "Not all ranks joining collective" in found, found
+    missing = re.search(r"missing ranks: \{([\d, ]+)\}", found)
+    assert missing is not None and {int(r) for r in missing.group(1).split(",")} == {result.root_rank}, found
+    assert "gloo:all_reduce" in found and "skip_backward at" in found, found
+
+
+def test_torchs_analyzer_reads_a_crashed_worlds_dumps_and_names_the_same_rank(tmp_path):
+    """A crash (rank 2 raises at step 2, its peers get "Connection closed by peer"): every rank dumped before it
+    exited. fr_trace finds rank 2 missing from the collective its peers entered next; ddpfaults names rank 2's
+    error as the root cause and reports no divergent collective (a crash ends a sequence early: the error, not
+    a skipped collective, is what went wrong)."""
+    result = run_world(
+        rankfns.all_reduce_steps,
+        world_size=4,
+        faults=[RankCrash(rank=2, step=2)],
+        flight_recorder_dir=tmp_path / "dumps",
+    )
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 2 and result.divergence is None
+    assert len(list((tmp_path / "dumps").iterdir())) == 4
+    found = _fr_trace(tmp_path / "dumps")
+    missing = re.search(r"missing ranks: \{([\d, ]+)\}", found)
+    assert missing is not None and {int(r) for r in missing.group(1).split(",")} == {result.root_rank}, found
+
+
+@pytest.mark.parametrize("wrap", ["plain", "ctx"])
+def test_an_empty_batch_with_plain_ddp_is_recorded_with_the_users_call_site(wrap):
+    """Every rank's collectives come from the flight recorder, with call sites in the user's file."""
+    result = run_world(rankfns.skip_backward, world_size=2, kwargs={"wrap": wrap}, stall=1.0, timeout=30)
+    for rank in result.ranks:
+        assert rank.recorder == "flight recorder"
+        assert rank.collectives[0].note == "DDP construction"
+        assert any(c.note == "DDP gradient bucket" and c.site.startswith("rankfns.py:") for c in rank.collectives)
+        assert [c.seq for c in rank.collectives] == list(range(1, len(rank.collectives) + 1))
