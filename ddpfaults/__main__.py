@@ -1,4 +1,4 @@
-"""Command line: ``python -m ddpfaults {demo,run,matrix,html} ...``."""
+"""Command line: ``python -m ddpfaults {demo,run,matrix,html,trace} ...``."""
 
 from __future__ import annotations
 
@@ -125,6 +125,11 @@ def main(argv=None) -> int:
     html = sub.add_parser("html", help="render a report JSON (--ddpfaults-report) as one self-contained HTML page")
     html.add_argument("report", help="the report document, e.g. report.json")
     html.add_argument("-o", "--output", help="where to write the page (default: the report path with .html)")
+    trace = sub.add_parser(
+        "trace", help="convert a report JSON (--ddpfaults-report) into a Chrome Trace Event file (Perfetto)"
+    )
+    trace.add_argument("report", help="the report document, e.g. report.json")
+    trace.add_argument("-o", "--output", help="where to write the trace (default: the report path with .trace.json)")
     args = parser.parse_args(argv)
     try:
         if args.command == "matrix":
@@ -135,6 +140,13 @@ def main(argv=None) -> int:
 
             output = args.output or os.path.splitext(args.report)[0] + ".html"
             print(write_html(output, read_document(args.report)))
+            return 0
+        if args.command == "trace":
+            from ddpfaults.report.chrome_trace import write_trace
+            from ddpfaults.report.document import read_document
+
+            output = args.output or os.path.splitext(args.report)[0] + ".trace.json"
+            print(write_trace(output, read_document(args.report)))
             return 0
         if args.command == "demo":
             from ddpfaults.toy.demo import train

@@ -324,8 +324,9 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
-        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/2`` document)
-        and ``--ddpfaults-html`` (the same worlds as one swimlane page)."""
+        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/2`` document),
+        ``--ddpfaults-html`` (the same worlds as one swimlane page) and ``--ddpfaults-trace`` (their
+        timelines as one Chrome Trace Event file)."""
         worlds, nodeids = [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records]
         here = str(self.config.invocation_params.dir)
         if self.settings.report:
@@ -336,6 +337,10 @@ class _Collector:
             from ddpfaults.report.html import write_html
 
             write_html(os.path.join(here, self.settings.html), worlds, nodeids)
+        if self.settings.trace:
+            from ddpfaults.report.chrome_trace import write_trace
+
+            write_trace(os.path.join(here, self.settings.trace), worlds, nodeids)
 
     def pytest_terminal_summary(self, terminalreporter):
         """Count worlds by verdict, list the slowest; with -v and the show option, print passing worlds."""
@@ -353,7 +358,11 @@ class _Collector:
             "slowest: "
             + "; ".join(f"{r['result']['elapsed']:.2f} s {r['nodeid']} ({r['result']['outcome']})" for r in slowest)
         )
-        for kind, path in (("JSON report", self.settings.report), ("HTML report", self.settings.html)):
+        for kind, path in (
+            ("JSON report", self.settings.report),
+            ("HTML report", self.settings.html),
+            ("Chrome trace", self.settings.trace),
+        ):
             if path:
                 tr.write_line(f"{kind}: {path}")
         if self.settings.show and self.config.get_verbosity() > 0:

@@ -105,6 +105,14 @@ OPTIONS = (
     Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
     Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page", "PATH.html"),
     Option(
+        "trace",
+        str,
+        None,
+        "a file path",
+        "write every world's timeline as a Chrome Trace Event file (Perfetto, chrome://tracing)",
+        "PATH.json",
+    ),
+    Option(
         "scenario_files",
         _patterns,
         ("scenario_*.py",),
@@ -131,6 +139,7 @@ class Settings:
     start_method: str = PARAM["start_method"].default
     report: str | None = None
     html: str | None = None
+    trace: str | None = None
     scenario_files: tuple = ("scenario_*.py",)
     show: bool = False
     sources: tuple = ()

@@ -95,3 +95,24 @@ def check_document(document, *, source: str | None = None) -> None:
     for i, world in enumerate(worlds):
         if not isinstance(world, dict) or not isinstance(world.get("ranks"), list) or "outcome" not in world:
             raise ReportFileError(f'{what}: worlds[{i}] is not a world (needs "outcome" and "ranks")')
+
+
+def _match_key(call: dict) -> tuple:
+    return call.get("op"), json.dumps(call.get("shapes")), call.get("site"), call.get("step")
+
+
+def collective_numbers(rank: dict) -> dict:
+    """``{seq of an "enter" event: n}``: which of the rank's ``collectives`` (1-based, the numbering of every
+    report) each traced call in its timeline is. The collectives may come from torch's flight recorder, which
+    also holds calls the tracing never saw (DDP's own); calls are matched by op, shapes, call site and step, in
+    order. An event with no match (a store wait) has no number."""
+    positions: dict = {}
+    for n, call in enumerate(rank.get("collectives") or [], 1):
+        positions.setdefault(_match_key(call), []).append(n)
+    numbers = {}
+    for event in rank.get("events") or []:
+        if event.get("k") == "enter" and event.get("op") != "init_process_group":
+            free = positions.get(_match_key(event))
+            if free:
+                numbers[event.get("seq")] = free.pop(0)
+    return numbers

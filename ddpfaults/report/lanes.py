@@ -10,6 +10,7 @@ from bisect import bisect_right
 from html import escape
 
 from ddpfaults.judge.results import RankState
+from ddpfaults.report.document import collective_numbers
 
 GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
 DEAD = (str(RankState.RAISED), str(RankState.DIED))
@@ -125,7 +126,7 @@ def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float
     rank, state = r.get("rank"), str(r.get("state"))
     times = RankTimes(r, verdict_t, end)
     parts = _life_and_steps(times, scale, rank)
-    parts += _collectives(times, scale, rank, divergence)
+    parts += _collectives(times, scale, rank, divergence, collective_numbers(r))
     div_index = divergence.index if divergence else None
     if div_index and result is not None and len(result.collectives) < div_index and state not in DEAD:
         skipped = [
@@ -202,20 +203,20 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
     return parts
 
 
-def _collectives(times: RankTimes, scale: Scale, rank, divergence) -> list[str]:
-    """One block per collective, entered → left; never left: to the rank's death, else to the verdict."""
-    calls, order = {}, 0
+def _collectives(times: RankTimes, scale: Scale, rank, divergence, numbers: dict) -> list[str]:
+    """One block per collective, entered → left; never left: to the rank's death, else to the verdict.
+    ``numbers`` maps each call's ``seq`` to its number among the rank's collectives (the reports' numbering)."""
+    calls = {}
     for e in times.events:
         if e.get("k") == "enter":
-            init = e.get("op") == "init_process_group"
-            order += 0 if init else 1  # the n-th traced collective is RankResult.collectives[n - 1]
-            calls[e.get("seq")] = {"enter": e, "t1": None, "index": None if init else order}
+            calls[e.get("seq")] = {"enter": e, "t1": None, "index": numbers.get(e.get("seq"))}
         elif e.get("k") == "exit" and e.get("seq") in calls:
             calls[e["seq"]]["t1"] = e["t"]
     parts = []
     for call in calls.values():
         e, idx, t1 = call["enter"], call["index"], call["t1"]
-        cls = "it coll" + (" init" if idx is None else "") + (" ddp" if e.get("note") else "")
+        init = e.get("op") == "init_process_group"
+        cls = "it coll" + (" init" if init else "") + (" ddp" if e.get("note") else "")
         what = call_text({**e, "done": True})
         if t1 is None:
             t1 = times.death if times.death is not None else times.verdict_t
@@ -224,10 +225,10 @@ def _collectives(times: RankTimes, scale: Scale, rank, divergence) -> list[str]:
             how = f"entered {e['t']:.3f} s, never left ({inside})"
         else:
             how = f"entered {e['t']:.3f} s, left {t1:.3f} s ({seconds_text(t1 - e['t'])})"
-        if divergence is not None and idx == divergence.index:
+        if divergence is not None and idx is not None and idx == divergence.index:
             cls += " divergence" + (" odd" if rank in divergence.odd_ranks else "")
             how += " — FIRST DIVERGENT COLLECTIVE"
-        label = "init" if idx is None else f"#{idx} {e.get('op')}"
+        label = "init" if init else f"#{idx} {e.get('op')}" if idx is not None else str(e.get("op"))
         parts.append(item(cls, scale, e["t"], t1, f"#{idx or 0} {what}: {how}", label))
     return parts
 
