@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shlex
 import sys
 import time
@@ -102,7 +103,9 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self):
         """Run the case with this run's settings and marker, capped to fit pytest-timeout."""
-        result = self.case.run(_spec(self), fit=lambda spec: ddps.fit(spec, _remaining(self)))
+        result = self.case.run(
+            _spec(self), fit=lambda spec: ddps.fit(spec, _remaining(self)), flight_recorder_dir=_flight_dir(self)
+        )
         try:
             _check(self, result, self.case.expect)
         finally:
@@ -136,6 +139,16 @@ def _remaining(item) -> float | None:
     """Seconds until pytest-timeout's timer fires on ``item`` (None: no timer is armed)."""
     fires = item.stash.get(_TIMER_FIRES, None)
     return None if fires is None else fires - time.monotonic()
+
+
+def _flight_dir(item, index: int = 0) -> str | None:
+    """Where ``item``'s world number ``index`` keeps its flight-recorder dumps (None: not asked for): a folder
+    named by the test id under ``--ddpfaults-flight-recorder``."""
+    root = item.config.stash[SETTINGS].flight_recorder
+    if root is None:
+        return None
+    name = re.sub(r"[^\w.\-\[\]]+", "_", item.nodeid).strip("_") + (f"-{index + 1}" if index else "")
+    return os.path.join(str(item.config.invocation_params.dir), root, name)
 
 
 def _replay(item, seed: int) -> str:
@@ -220,6 +233,7 @@ class DDPWorld:
             spec = spec.replace(seed=settings.seed)
         try:
             spec = ddps.fit(spec, _remaining(self._item))
+            kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))
             result = run_world(fn, world_size=spec.world_size, faults=faults, spec=spec, **kwargs)
             self.results.append(result)
             _check(self._item, result, Expect.parse(expect) if expect is not None else None)

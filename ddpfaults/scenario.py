@@ -258,15 +258,20 @@ class Case:
             raise ScenarioError(f"scenario {self.id}: {exc}") from None
         return CaseRun(spec, faults, {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})})
 
-    def run(self, defaults: RunSpec | None = None, *, fit=None) -> WorldResult:
+    def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
-        timeout (a runner's own limit, e.g. pytest-timeout's)."""
+        timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps."""
         from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
 
         plan = self.resolve(defaults or RunSpec())
         spec = fit(plan.spec) if fit is not None else plan.spec
         return run_world(
-            self.scenario.fn, world_size=spec.world_size, faults=plan.faults, kwargs=plan.kwargs, spec=spec
+            self.scenario.fn,
+            world_size=spec.world_size,
+            faults=plan.faults,
+            kwargs=plan.kwargs,
+            spec=spec,
+            flight_recorder_dir=flight_recorder_dir,
         )
 
 

@@ -113,6 +113,15 @@ OPTIONS = (
         "PATH.json",
     ),
     Option(
+        "flight_recorder",
+        str,
+        None,
+        "a directory",
+        "keep every rank's torch flight-recorder dump here, one folder per world named by its test id, in the "
+        "layout python -m torch.distributed.flight_recorder.fr_trace reads",
+        "DIR",
+    ),
+    Option(
         "scenario_files",
         _patterns,
         ("scenario_*.py",),
@@ -140,6 +149,7 @@ class Settings:
     report: str | None = None
     html: str | None = None
     trace: str | None = None
+    flight_recorder: str | None = None
     scenario_files: tuple = ("scenario_*.py",)
     show: bool = False
     sources: tuple = ()

@@ -10,7 +10,9 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
   idle outside collectives is never hung; in ``peer_failure="exit"`` mode gloo is first given
   :data:`PEER_EXIT_GRACE` to tell the peers of a failure;
-- ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down).
+- ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down);
+- when the first rank is seen failed or dead, every live rank's stack is taken: the survivors of a crash
+  are shown where they stood when it happened.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class Observer:
 def watch(observer: Observer, spec: RunSpec) -> StopReason:
     """Watch until the world ended, stalled, timed out, or the observer asks to stop; return why."""
     last_assessed = 0.0
+    failure_seen = False
     while True:
         quiet = time.monotonic() - max(w.last_progress for w in observer.watches)
         observer.poll(min(POLL_MAX, max(POLL_MIN, quiet / 20)))
@@ -102,6 +105,9 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         live = observer.live(now)
         if not live:
             return StopReason.ENDED
+        if not failure_seen and any(w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches):
+            failure_seen = True  # the survivors' stacks at the moment the first failure is seen
+            observer.collect_stacks(live)
         stop = StopReason.TIMEOUT if now - observer.t0 >= spec.timeout else observer.stop_requested(now)
         if stop is not None:
             observer.collect_stacks(live)
@@ -162,7 +168,7 @@ def rank_result(
         if not observer.exited(i):
             res.where = "finished; waiting for the verdict"
     elif reported is not None:
-        res.state = RankState.RAISED
+        res.state, res.stack = RankState.RAISED, w.stack  # its stack when a failure was first seen, if taken
         res.error, res.traceback, res.site = reported["error"], reported["traceback"], reported["site"]
         failed = [e["t"] for e in res.events if e["k"] == "failed"]
         res.failed_at = failed[0] if failed else None

@@ -322,10 +322,11 @@ def replay_line(world: WorldResult) -> str:
 
 
 def _grouped_stacks(ranks: list[RankResult]) -> list[tuple[list[int], str, str]]:
-    """Stacks of blocked/running/died ranks, identical ones (thread ids aside) shown once for all."""
+    """Stacks of ranks that did not finish (for ranks that raised: taken when a peer's failure was first seen),
+    identical ones (thread ids aside) shown once for all."""
     groups: dict = {}
     for r in ranks:
-        if r.stack and r.state in (RankState.BLOCKED, RankState.RUNNING, RankState.DIED):
+        if r.stack and r.state in (RankState.BLOCKED, RankState.RUNNING, RankState.DIED, RankState.RAISED):
             body = "\n".join(line for line in r.stack.splitlines() if "thread 0x" not in line.lower())
             groups.setdefault((str(r.state), body), []).append(r.rank)
     return [(members, state, body) for (state, body), members in groups.items()]
@@ -349,7 +350,8 @@ def report_parts(world: WorldResult, *, output_lines: int = 15) -> tuple[str, li
     if world.outcome != "completed":
         out.append(f"replay: {replay_line(world)}")
     sections = [
-        (f"{format_ranks(ranks)} stack ({state})", stack) for ranks, state, stack in _grouped_stacks(world.ranks)
+        (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)
+        for ranks, state, stack in _grouped_stacks(world.ranks)
     ]
     sections += [
         (f"rank {r.rank} traceback", r.traceback.rstrip()) for r in world.ranks if r.traceback and not r.collateral

@@ -163,6 +163,7 @@ def _facts(w: dict) -> str:
         ("first divergence", Divergence.from_dict(w["divergence"]).describe() if w.get("divergence") else None),
         ("faults", ", ".join(w.get("faults") or [])),
         ("fired", _fired(w)),
+        ("flight recorder", w.get("flight_records")),
     ]
     if w.get("outcome") != "completed":
         try:

@@ -262,6 +262,21 @@ def test_html_report_holds_every_world_with_one_lane_per_rank(user):
     assert_no_orphans(document)
 
 
+def test_flight_recorder_dumps_one_folder_per_world_named_by_its_test_id(user):
+    """--ddpfaults-flight-recorder=DIR: each world's ranks' dumps in DIR/<test id>/rank_N; the JSON report and the
+    HTML page link the folder."""
+    result, document = run(user, "--ddpfaults-flight-recorder=fr", "--ddpfaults-html=worlds.html")
+    result.assert_outcomes(passed=2, failed=2)
+    folders = sorted(p.name for p in (user.path / "fr").iterdir())
+    assert len(folders) == len(document["worlds"]) == 4 and all(f.startswith("scenario_user.py_") for f in folders)
+    for world in document["worlds"]:
+        folder = world["flight_records"]
+        assert os.path.isdir(folder) and os.path.basename(folder) in folders
+        assert sorted(os.listdir(folder)) == [f"rank_{r}" for r in range(world["world_size"])]
+        assert folder in (user.path / "worlds.html").read_text()
+    assert_no_orphans(document)
+
+
 # -- loading the plugin ---------------------------------------------------------------------------
 
 
