@@ -1,4 +1,4 @@
-"""P5: what torch's flight recorder costs the built-in scenario suite.
+"""P6: what torch's flight recorder costs the built-in scenario suite.
 
 Run:  python bench/bench_flight_recorder.py [--repeat 3]
 Times `pytest -p ddpfaults scenarios/` (-n 0, the wall time of the whole pytest process) with the flight
@@ -50,7 +50,7 @@ def main() -> None:
             wall, summaries[recorder] = run_suite(recorder)
             walls[recorder].append(wall)
     off, on = statistics.median(walls[False]), statistics.median(walls[True])
-    print("P5 flight recorder cost on the built-in suite (pytest -p ddpfaults scenarios/, -n 0), wall seconds")
+    print("P6 flight recorder cost on the built-in suite (pytest -p ddpfaults scenarios/, -n 0), wall seconds")
     print(f"   recorder off (TORCH_FR_BUFFER_SIZE=0)  median {off:5.2f} s  {walls[False]}  {summaries[False]}")
     print(f"   recorder on  (default)                 median {on:5.2f} s  {walls[True]}  {summaries[True]}")
     print(f"   ratio on/off  {on / off:.3f}   [goal <= 1.10]")

@@ -154,7 +154,7 @@ def rank_result(
         rank=i,
         state=RankState.RUNNING,
         last_step=w.step,
-        collectives=w.collectives,
+        collectives=[dataclasses.replace(c, seq=n) for n, c in enumerate(w.collectives, 1)],  # #N is the N-th
         fired=w.fired,
         **observer.describe(i),
     )
