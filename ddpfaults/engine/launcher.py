@@ -105,6 +105,7 @@ class _LocalWorld(loop.Observer):
         self.warm = False
         self.sentinels: dict = {}
         self.flight_recorder_dir: str | None = None
+        self.fr_asked: dict = {}  # rank -> its dump's mtime when a dump was last asked of it
 
     @property
     def procs(self) -> list:
@@ -241,6 +242,7 @@ class _LocalWorld(loop.Observer):
     def collect_stacks(self, indices: list[int]) -> None:
         """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""
         indices = [i for i in indices if self.watches[i].events]  # SIGUSR1 kills a rank before faulthandler is set
+        self._ask_flight_records(indices)  # the judge may need them next: ask in the same round
         sizes = {}
         for i in indices:
             w = self.watches[i]
@@ -263,16 +265,22 @@ class _LocalWorld(loop.Observer):
                     pending.discard(i)
                 seen[i] = size
 
-    def collect_flight_records(self, indices: list[int]) -> None:
-        """Ask the given live ranks for a flight-recorder dump (a request file their recorder thread polls)."""
-        paths = {i: os.path.join(self.dir, f"rank{i}.fr") for i in indices if self.watches[i].events}
-        before = {i: _mtime(p) for i, p in paths.items()}
-        for p in paths.values():
-            with open(p + ".req", "w") as f:
+    def _ask_flight_records(self, indices: list[int]) -> None:
+        """Ask the given ranks for a flight-recorder dump (a request file their recorder thread polls)."""
+        for i in indices:
+            path = os.path.join(self.dir, f"rank{i}.fr")
+            self.fr_asked[i] = _mtime(path)
+            with open(path + ".req", "w") as f:
                 f.write(str(time.monotonic()))
+
+    def collect_flight_records(self, indices: list[int]) -> None:
+        """Wait for the dumps of the given live ranks (asked with their stacks, or now)."""
+        indices = [i for i in indices if self.watches[i].events]
+        self._ask_flight_records([i for i in indices if i not in self.fr_asked])
+        paths = {i: os.path.join(self.dir, f"rank{i}.fr") for i in indices}
         deadline = time.monotonic() + STACK_WAIT
-        while time.monotonic() < deadline and any(_mtime(p) == before[i] for i, p in paths.items()):
-            time.sleep(0.01)
+        while time.monotonic() < deadline and any(_mtime(p) == self.fr_asked[i] for i, p in paths.items()):
+            time.sleep(0.005)
 
     def flight_record(self, i: int) -> dict | None:
         """The rank's last flight-recorder dump in this job's directory."""

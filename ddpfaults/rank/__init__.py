@@ -1,1 +1,1 @@
-"""rank"""
+"""Code that runs inside a rank process; imports nothing of the launchers or the pytest plugin."""

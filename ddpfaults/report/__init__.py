@@ -1,1 +1,1 @@
-"""report"""
+"""Reports of worlds: the JSON document, the HTML swimlane page, the Chrome trace."""
