@@ -12,7 +12,8 @@ rank waits on its peers; ``timeout`` is the hard cap. The store keys, under the 
 - ``hb/R``, ``cpu/R``: rank R's heartbeat counter and CPU time (microseconds), every :data:`TICK`;
 - ``evn/R``, ``ev/R/K``: how many event chunks rank R published, and chunk K (JSON lines);
 - ``res/R``: rank R's pickled result, set before its ``finished`` / ``failed`` event;
-- ``stackreq/R``, ``stackn/R``, ``stack/R``: stack dumps asked of rank R, answered, the last dump.
+- ``stackreq/R``, ``stackn/R``, ``stack/R``: stack dumps asked of rank R, answered, the last dump;
+- ``fr/R``: rank R's flight-recorder dump (torch's pickle), set with each stack answer and before its result.
 
 Event times are wall-clock seconds (ranks may sit on different machines); reports show them as
 seconds since ``t0``.
@@ -162,6 +163,7 @@ class StoreWorld(loop.Observer):
         self.t0_wall = t0_wall
         self.t0 = t0_wall - (time.time() - time.monotonic())  # the world's start on this process's monotonic clock
         self.watches = [StoreRankWatch(r) for r in range(spec.world_size)]
+        self.answered: set = set()  # ranks that answered a stack request (with a flight-recorder dump)
         ensure_keys(store, [k for r in range(spec.world_size) for k in rank_keys(r)])
 
     # -- gathering ----------------------------------------------------------------------------
@@ -225,7 +227,20 @@ class StoreWorld(loop.Observer):
             if answered:
                 for i, stack in zip(answered, self.store.multi_get([f"stack/{i}" for i in answered]), strict=True):
                     self.watches[i].stack = stack.decode(errors="replace")
+                    self.answered.add(i)
                     del asked[i]
+
+    def collect_flight_records(self, indices: list[int]) -> None:
+        """A stack request is also a flight-recorder request (each rank answers with both): ask the ranks that
+        have not answered one yet."""
+        self.collect_stacks([i for i in indices if i not in self.answered])
+
+    def flight_record(self, i: int) -> dict | None:
+        """The dump rank ``i`` set in the store at its end or with its last stack (None: none, or empty)."""
+        if not self.store.check([f"fr/{i}"]):
+            return None
+        data = self.store.multi_get([f"fr/{i}"])[0]
+        return pickle.loads(data) if data else None
 
     def reported(self, i: int) -> dict | None:
         """The result the rank set in the store before its end event."""

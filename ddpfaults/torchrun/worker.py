@@ -284,9 +284,10 @@ def _verdict_published(store) -> bool:
 def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports: set, shared_dir: str) -> None:
     """Run the case's function on this rank; publish its result (before the end event) and return."""
     import torch
+    import torch._dynamo  # noqa: F401 - the first flight-recorder dump imports it (~1 s): at start-up, not the verdict
     import torch.distributed as dist
 
-    from ddpfaults.rank import context
+    from ddpfaults.rank import context, flight
     from ddpfaults.rank.context import RankContext
     from ddpfaults.rank.job import run_job
 
@@ -316,11 +317,17 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
             timeout=timedelta(seconds=spec.timeout + 30.0),
         )
 
+    flight.enable()
+
+    def publish(result):
+        events.set(store, f"fr/{env.rank}", flight.dump() or b"")
+        events.set(store, f"res/{env.rank}", pickle.dumps(result))
+
     result = run_job(
         ctx,
         load=lambda: (case.scenario.fn, (), plan.kwargs),
         init_process_group=init_process_group,
-        publish=lambda result: events.set(store, f"res/{env.rank}", pickle.dumps(result)),
+        publish=publish,
         still_reporting=lambda: not _verdict_published(store),
     )
     if result["error"] is not None and spec.peer_failure == "exit":

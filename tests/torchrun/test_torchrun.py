@@ -13,6 +13,7 @@ import uuid
 import pytest
 import torch
 
+from ddpfaults.judge.results import Divergence
 from ddpfaults.spec import RunSpec
 from ddpfaults.torchrun.worker import load_case
 
@@ -144,6 +145,10 @@ def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, va
     assert world["nodeid"].endswith(f"scenario_tr.py::steps[{variant}]")
     local = _local(scenario(variant), nproc)
     assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
+    assert all(r["recorder"] == "flight recorder" for r in world["ranks"]), [r["recorder"] for r in world["ranks"]]
+    divergence = Divergence.from_dict(world["divergence"]) if world["divergence"] else None
+    # the same collective, call site, step and ranks (whether a call had completed depends on when it was read)
+    assert (divergence and divergence.describe()) == (local.divergence and local.divergence.describe())
     ranks = world["ranks"]
     if variant == "completes":
         assert world["outcome"] == "completed" and [r["value"] for r in ranks] == [float(nproc**4)] * nproc
