@@ -10,31 +10,14 @@ medians. Goal: at most 1.10.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import bench_suite
 
 
 def run_suite(recorder: bool) -> tuple[float, str]:
-    """Wall seconds of one pytest run of the built-in scenarios, and its summary line."""
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_FR_BUFFER_SIZE"}
-    if not recorder:
-        env["TORCH_FR_BUFFER_SIZE"] = "0"
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "ddpfaults", "scenarios/", "-q", "-p", "no:randomly"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    return wall, (lines[-1] if lines else done.stdout[-300:])
+    """Wall seconds of one pytest run of the built-in scenarios (-n 0, warm worlds on), and its summary line."""
+    return bench_suite.run_suite(0, True, TORCH_FR_BUFFER_SIZE=None if recorder else "0")
 
 
 def main() -> None:

@@ -17,9 +17,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_suite(workers: int, reuse: bool) -> tuple[float, str]:
-    """Wall seconds of one pytest run of the built-in scenarios, and its summary line."""
-    env = {**os.environ, "DDPFAULTS_REUSE": "1" if reuse else "0"}
+def run_suite(workers: int, reuse: bool, **environ: str | None) -> tuple[float, str]:
+    """Wall seconds of one pytest run of the built-in scenarios, and its summary line; ``environ`` sets (or, with
+    None, removes) environment variables of the run."""
+    env = {**os.environ, "DDPFAULTS_REUSE": "1" if reuse else "0", **environ}
+    env = {k: v for k, v in env.items() if v is not None}
     t0 = time.perf_counter()
     done = subprocess.run(
         [

@@ -52,13 +52,18 @@ def _process_groups() -> dict:
 
 
 def write(path: str) -> bool:
-    """Write :func:`dump` to ``path`` atomically; False if there was nothing to write."""
+    """Write :func:`dump` to ``path`` atomically (each thread through its own temporary file); False if there
+    was nothing to write or it could not be written: the record is a help, never a reason for a rank to fail."""
     data = dump()
     if data is None:
         return False
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
+    temporary = f"{path}.{threading.get_ident()}.tmp"
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        return False
     return True
 
 
@@ -83,5 +88,8 @@ class DumpOnRequest(threading.Thread):
                 write(self.path)
 
     def stop(self) -> None:
-        """Stop polling (the job is over)."""
+        """Stop polling (the job is over) and wait for a dump in progress, so that the job's last dump is the
+        one written after this."""
         self.stopped.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join(timeout=5)
