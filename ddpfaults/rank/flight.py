@@ -30,9 +30,9 @@ def dump() -> bytes | None:
     with its ranks, which gloo's dumps leave out), or None where torch cannot give it."""
     try:
         record = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, True, False))
+        groups = _process_groups()
     except Exception:  # noqa: BLE001 - no recorder (older torch, no process group): the tracing is the record
         return None
-    groups = _process_groups()
     if groups:
         record["pg_config"] = groups
     return pickle.dumps(record)
