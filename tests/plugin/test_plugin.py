@@ -5,18 +5,14 @@ such run an orphan census checks that none of the ranks it launched is still ali
 pids come from the run's JSON report, or from files the ranks write themselves).
 """
 
-import json
 import os
 import re
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from ddpfaults.engine import census
 from ddpfaults.report.document import read_document
-
-RUN_TIMEOUT = 90  # seconds: a pytester run that takes longer is itself a failure, not a hang
+from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
 
 STEPS = '''
 import os
@@ -73,36 +69,8 @@ def crashes(ctx):
 
 @pytest.fixture
 def user(pytester, monkeypatch):
-    """A pytester dir holding rank functions and a user scenario module; no DDPFAULTS_* from outside, and
-    plugin autoload on (the subprocess runs need pytest-xdist and pytest-timeout)."""
-    for name in list(os.environ):
-        if name.startswith("DDPFAULTS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    pytester.makepyfile(rankfns_user=STEPS, scenario_user=SCENARIOS)
-    return pytester
-
-
-def run(pytester, *args):
-    """``runpytest_subprocess`` with a JSON report; returns (result, report document)."""
-    result = pytester.runpytest_subprocess(
-        "-p", "ddpfaults", "--ddpfaults-report=worlds.json", *args, timeout=RUN_TIMEOUT
-    )
-    path = pytester.path / "worlds.json"
-    document = json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
-    return result, document
-
-
-def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
-    """Orphan census of a subprocess run: every rank pid (JSON report or pid files) must be gone."""
-    pids = [r["pid"] for w in (document or {}).get("worlds", []) for r in w["ranks"] if r["pid"]]
-    if pid_dir is not None:
-        pids += [int(p.read_text()) for p in pid_dir.glob("*.pid")]
-    deadline = time.monotonic() + wait
-    while census.survivors(pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert census.survivors(pids) == []
-    return pids
+    """A pytester dir holding rank functions and a user scenario module (see ``pluginruns.isolate``)."""
+    return isolate(pytester, monkeypatch, rankfns_user=STEPS, scenario_user=SCENARIOS)
 
 
 # -- collection -----------------------------------------------------------------------------------
@@ -452,12 +420,9 @@ def test_expected_hang(ddp_world):
 # -- interplay with pytest-timeout ----------------------------------------------------------------
 
 
-def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks(user):
-    """A world asked for 60 s under a 4 s pytest-timeout is capped and judged; a plain run_world that
-    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup. The fork server is
-    started first by a fixture: how long a cold first start takes is not what these tests measure."""
-    user.makepyfile(
-        test_timeouts="""
+#: the start of a test module whose tests take ``started_fork_server``: a cold first start of the fork server can
+#: take longer than any fixed pytest-timeout, and how long is not what these tests measure
+STARTED_FORK_SERVER = '''
 import os
 import pytest
 import ddpfaults
@@ -465,8 +430,19 @@ import rankfns_user
 
 @pytest.fixture
 def started_fork_server():
+    """Start the fork server (and a warm world) before any timer runs."""
     ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
 
+'''
+
+
+def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks(user):
+    """A world asked for 60 s under a 4 s pytest-timeout is capped and judged; a plain run_world that
+    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup. The fork server is
+    started first by a fixture: how long a cold first start takes is not what these tests measure."""
+    user.makepyfile(
+        test_timeouts=STARTED_FORK_SERVER
+        + """
 @pytest.mark.timeout(4, func_only=True)
 def test_capped(started_fork_server, ddp_world, tmp_path):
     result = ddp_world.run(rankfns_user.spin, world_size=2, timeout=60, args=(str(tmp_path),))
@@ -490,16 +466,8 @@ def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
     must still die. The fixture starts the fork server first (a cold first start can take longer than any
     fixed timeout) and the timer covers the test function only, so both ranks are up when it fires."""
     user.makepyfile(
-        test_thread="""
-import os
-import pytest
-import ddpfaults
-import rankfns_user
-
-@pytest.fixture
-def started_fork_server():
-    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
-
+        test_thread=STARTED_FORK_SERVER
+        + """
 @pytest.mark.timeout(3, method="thread", func_only=True)
 def test_thread_kill(started_fork_server):
     os.makedirs("pids", exist_ok=True)

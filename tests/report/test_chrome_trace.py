@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -16,11 +15,11 @@ import pytest
 import rankfns
 from ddpfaults import Outcome, RankResult, RankState, WorldResult, run_world
 from ddpfaults.__main__ import main as cli
-from ddpfaults.engine import census
 from ddpfaults.errors import ReportFileError
 from ddpfaults.faults import SkippedCollective
 from ddpfaults.report.chrome_trace import SCHEMA, STEPS_TID, trace_document, write_trace
 from ddpfaults.report.document import read_document, write_document
+from pluginruns import assert_no_orphans, isolate, run
 
 EPS = 1e-3  # microseconds: times are rounded to nanoseconds
 RANK_INSTANTS = {"start", "fault", "log", "failed", "finished", "exited", "killed"}
@@ -468,26 +467,14 @@ def hangs(ctx):
 
 @pytest.fixture
 def user(pytester, monkeypatch):
-    """A pytester dir holding a rank function and a user scenario module; no DDPFAULTS_* from outside, and plugin
-    autoload on (the subprocess run needs pytest-timeout)."""
-    for name in list(os.environ):
-        if name.startswith("DDPFAULTS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    pytester.makepyfile(rankfns_user=STEPS, scenario_user=SCENARIOS)
-    return pytester
+    """A pytester dir holding a rank function and a user scenario module (see ``pluginruns.isolate``)."""
+    return isolate(pytester, monkeypatch, rankfns_user=STEPS, scenario_user=SCENARIOS)
 
 
 def test_plugin_option_writes_the_trace(user):
-    result = user.runpytest_subprocess(
-        "-p", "ddpfaults", "--ddpfaults-report=worlds.json", "--ddpfaults-trace=out/trace.json", timeout=90
-    )
+    result, _ = run(user, "--ddpfaults-trace=out/trace.json")
     report = read_document(user.path / "worlds.json")
-    pids = [r["pid"] for w in report["worlds"] for r in w["ranks"] if r["pid"]]
-    deadline = time.monotonic() + 5.0
-    while census.survivors(pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert census.survivors(pids) == []
+    assert_no_orphans(report)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["Chrome trace: out/trace.json"])
     document = json.loads((user.path / "out" / "trace.json").read_text())
