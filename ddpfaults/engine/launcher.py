@@ -105,6 +105,7 @@ class _LocalWorld(loop.Observer):
         self.warm = False
         self.sentinels: dict = {}
         self.flight_recorder_dir: str | None = None
+        self.outputs: dict = {}  # rank -> the tail of its output, once read at the verdict
         self.fr_asked: dict = {}  # rank -> its dump's mtime when a dump was last asked of it
 
     @property
@@ -200,11 +201,21 @@ class _LocalWorld(loop.Observer):
             and all(w.leftovers == [] for w in self.watches)
         )
 
+    def _path(self, i: int, kind: str) -> str:
+        """Rank ``i``'s file of ``kind`` (out, result, fr) in this job's directory."""
+        return os.path.join(self.dir, f"rank{i}.{kind}")
+
+    def _output(self, i: int) -> str:
+        """The tail of rank ``i``'s captured output, read once per judgement."""
+        if i not in self.outputs:
+            self.outputs[i] = tail(self._path(i, "out"))
+        return self.outputs[i]
+
     def _keep_flight_records(self, directory: str) -> str:
         """Copy every rank's flight-recorder dump into ``directory`` as ``rank_N`` (fr_trace's layout)."""
         os.makedirs(directory, exist_ok=True)
         for i in range(self.spec.world_size):
-            source = os.path.join(self.dir, f"rank{i}.fr")
+            source = self._path(i, "fr")
             if os.path.exists(source):
                 shutil.copyfile(source, os.path.join(directory, f"rank_{i}"))
         return directory
@@ -268,7 +279,7 @@ class _LocalWorld(loop.Observer):
     def _ask_flight_records(self, indices: list[int]) -> None:
         """Ask the given ranks for a flight-recorder dump (a request file their recorder thread polls)."""
         for i in indices:
-            path = os.path.join(self.dir, f"rank{i}.fr")
+            path = self._path(i, "fr")
             self.fr_asked[i] = _mtime(path)
             with open(path + ".req", "w") as f:
                 f.write(str(time.monotonic()))
@@ -277,18 +288,18 @@ class _LocalWorld(loop.Observer):
         """Wait for the dumps of the given live ranks (asked with their stacks, or now)."""
         indices = [i for i in indices if self.watches[i].events]
         self._ask_flight_records([i for i in indices if i not in self.fr_asked])
-        paths = {i: os.path.join(self.dir, f"rank{i}.fr") for i in indices}
+        paths = {i: self._path(i, "fr") for i in indices}
         deadline = time.monotonic() + STACK_WAIT
         while time.monotonic() < deadline and any(_mtime(p) == self.fr_asked[i] for i, p in paths.items()):
             time.sleep(0.005)
 
     def flight_record(self, i: int) -> dict | None:
         """The rank's last flight-recorder dump in this job's directory."""
-        return flight.read_dump(os.path.join(self.dir, f"rank{i}.fr"))
+        return flight.read_dump(self._path(i, "fr"))
 
     def reported(self, i: int) -> dict | None:
         """The result file the rank wrote before its end event."""
-        path = os.path.join(self.dir, f"rank{i}.result")
+        path = self._path(i, "result")
         if not os.path.exists(path):
             return None
         with open(path, "rb") as f:
@@ -299,7 +310,7 @@ class _LocalWorld(loop.Observer):
         proc, w = self.procs[i], self.watches[i]
         if proc.exitcode is None:
             return None
-        output = tail(os.path.join(self.dir, f"rank{i}.out"))
+        output = self._output(i)
         stack = None
         if "Fatal Python error" in output:  # faulthandler's dump on SIGABRT/SIGSEGV: where it died
             stack = main_thread(output.split("Fatal Python error", 1)[1], w.main_ident)
@@ -314,7 +325,7 @@ class _LocalWorld(loop.Observer):
         return dict(
             pid=self.procs[i].pid,
             exitcode=self.procs[i].exitcode,
-            output=tail(os.path.join(self.dir, f"rank{i}.out")),
+            output=self._output(i),
             events=[{**e, "t": round(e["t"] - self.t0, 6)} for e in w.events],
         )
 
