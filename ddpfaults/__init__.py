@@ -1,15 +1,17 @@
 """ddpfaults: reproduce PyTorch DistributedDataParallel failures on a CPU, as tests.
 
 ``run_world(fn, world_size=4, ...)`` runs ``fn(ctx)`` in real gloo rank processes and
-returns a :class:`WorldResult` whose ``outcome`` is completed, hung or crashed.
+returns a :class:`WorldResult` whose ``outcome`` is completed, hung or crashed;
+``run_script("train.py", argv, world_size=4, ...)`` does the same for an unmodified torchrun script.
 
 Importing the package is cheap (pytest loads its plugin on every run); names that need
 torch are imported on first use.
 """
 
 from ddpfaults.errors import DDPFaultsError
+from ddpfaults.expect import Check, Expect
 from ddpfaults.judge.results import Collective, Divergence, FiredFault, Outcome, RankResult, RankState, WorldResult
-from ddpfaults.scenario import Check, Expect, ScenarioError, scenario, variant
+from ddpfaults.scenario import ScenarioError, scenario, script_scenario, variant
 from ddpfaults.spec import RunSpec, StopReason
 
 
@@ -23,7 +25,7 @@ def pytest_addhooks(pluginmanager):
         pluginmanager.register(plugin, "ddpfaults.plugin")
 
 
-_LAZY = {"run_world": "engine.launcher"}
+_LAZY = {"run_world": "engine.launcher", "run_script": "engine.scripts"}
 
 __all__ = [
     "Check",
@@ -39,15 +41,17 @@ __all__ = [
     "ScenarioError",
     "StopReason",
     "WorldResult",
+    "run_script",
     "run_world",
     "scenario",
+    "script_scenario",
     "variant",
 ]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``run_world`` on first use (importing it imports torch)."""
+    """``run_world`` and ``run_script`` on first use (importing them imports torch)."""
     if name in _LAZY:
         import importlib
 

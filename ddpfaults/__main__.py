@@ -11,6 +11,8 @@ import sys
 from ddpfaults import faults as faults_module
 from ddpfaults.engine.launcher import run_world
 from ddpfaults.errors import DDPFaultsError
+from ddpfaults.faults.plan import parse_plan
+from ddpfaults.rank.seams import STEP_CLOCKS
 from ddpfaults.spec import PARAM
 
 
@@ -36,13 +38,7 @@ def _load_function(spec: str):
 
 
 def _parse_faults(text: str | None) -> list:
-    if not text:
-        return []
-    try:
-        plan = eval(text, {k: v for k, v in vars(faults_module).items() if not k.startswith("_")})  # noqa: S307
-    except Exception as exc:
-        raise DDPFaultsError(f"--faults {text!r}: not a list of faults ({type(exc).__name__}: {exc})") from None
-    return list(plan) if isinstance(plan, (list, tuple)) else [plan]
+    return parse_plan(text) if text else []
 
 
 def _world_args(parser: argparse.ArgumentParser) -> None:
@@ -80,18 +76,37 @@ def _parse_kwargs(text: str | None) -> dict:
     return value
 
 
-def _run_and_report(fn, args, faults, expect: str | None, kwargs=None) -> int:
-    result = run_world(
-        fn,
+def _settings(args) -> dict:
+    return dict(
         world_size=args.world_size,
-        faults=faults,
-        kwargs=kwargs,
         seed=args.seed,
         timeout=args.timeout,
         stall=args.stall,
         peer_failure=args.peer_failure,
         start_method=args.start_method,
     )
+
+
+def _run(args, script_argv: list[str]):
+    """The world ``run`` names: a rank function (``FILE.py:NAME``, ``MODULE:NAME``), a script (``FILE.py``) or a
+    module (``-m MODULE``) run as torchrun would."""
+    faults = _parse_faults(args.faults)
+    if args.module or (args.target and ":" not in args.target):
+        if args.kwargs:
+            raise DDPFaultsError("--kwargs is for rank functions (FILE.py:NAME); give a script's arguments after --")
+        from ddpfaults.engine.scripts import run_script
+
+        return run_script(
+            args.target, script_argv, module=args.module, faults=faults, step_clock=args.step_clock, **_settings(args)
+        )
+    if not args.target:
+        raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
+    if script_argv:
+        raise DDPFaultsError(f"arguments after -- are for scripts; {args.target} is a rank function (use --kwargs)")
+    return run_world(_load_function(args.target), faults=faults, kwargs=_parse_kwargs(args.kwargs), **_settings(args))
+
+
+def _report(result, args, expect: str | None) -> int:
     print(result.report())
     if args.json:
         with open(args.json, "w") as f:
@@ -111,9 +126,24 @@ def main(argv=None) -> int:
         "demo", help="run a 4-rank DDP world where rank 2 skips the last logging all_reduce; expect hung"
     )
     _world_args(demo)
-    run = sub.add_parser("run", help="run (or replay) a rank function: FILE.py:NAME or MODULE:NAME")
-    run.add_argument("function")
-    run.add_argument("--faults", help="a Python list of faults, e.g. '[RankCrash(rank=1, step=2)]'")
+    run = sub.add_parser(
+        "run",
+        help="run (or replay) a torchrun script unmodified (FILE.py [-- ARGS], -m MODULE) or a rank function "
+        "(FILE.py:NAME, MODULE:NAME)",
+    )
+    run.add_argument("target", nargs="?", help="train.py (run as __main__), or FILE.py:NAME / MODULE:NAME")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as python -m would (a script world)")
+    run.add_argument(
+        "--step-clock",
+        choices=STEP_CLOCKS,
+        default=STEP_CLOCKS[0],
+        help="scripts: what counts steps for step-keyed faults: optimizer steps (default) or DataLoader batches",
+    )
+    run.add_argument(
+        "--faults",
+        help="a list of fault constructors with literal arguments, e.g. '[EmptyBatch(rank=1, step=1)]' (parsed, "
+        "never evaluated)",
+    )
     run.add_argument(
         "--kwargs", help="keyword arguments for the function, a Python dict literal, e.g. \"{'steps': 3}\""
     )
@@ -130,7 +160,9 @@ def main(argv=None) -> int:
     )
     trace.add_argument("report", help="the report document, e.g. report.json")
     trace.add_argument("-o", "--output", help="where to write the trace (default: the report path with .trace.json)")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_argv = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(script_argv) - 1] if "--" in argv else argv)
     try:
         if args.command == "matrix":
             return matrix.main(args)
@@ -152,10 +184,8 @@ def main(argv=None) -> int:
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
-            return _run_and_report(train, args, plan, expect="hung")
-        return _run_and_report(
-            _load_function(args.function), args, _parse_faults(args.faults), args.expect, _parse_kwargs(args.kwargs)
-        )
+            return _report(run_world(train, faults=plan, **_settings(args)), args, expect="hung")
+        return _report(_run(args, script_argv), args, args.expect)
     except DDPFaultsError as exc:
         print(f"ddpfaults: error: {exc}", file=sys.stderr)
         return 2

@@ -65,6 +65,11 @@ class ScenarioError(DDPFaultsError):
     """A scenario declaration is invalid (bad expect, variant, fault or option); names the scenario."""
 
 
+class ScriptError(DDPFaultsError):
+    """A script world's script cannot run as a torchrun worker: not found, exited with an error status, or
+    ended without initialising a process group. Names the script."""
+
+
 class ReportFileError(DDPFaultsError):
     """A report document cannot be read or written, or is not a valid ``ddpfaults.report`` document."""
 

@@ -223,7 +223,7 @@ class DDPWorld:
         __tracebackhide__ = True
         from ddpfaults.engine.launcher import run_world
         from ddpfaults.errors import DeadlineError
-        from ddpfaults.scenario import Expect
+        from ddpfaults.expect import Expect
         from ddpfaults.spec import PARAM
 
         settings = self._item.config.stash[SETTINGS]

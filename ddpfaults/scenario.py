@@ -24,170 +24,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from ddpfaults.errors import DDPFaultsError, ExpectationFailed, FaultError, FaultNeverFired, ScenarioError
+from ddpfaults.errors import DDPFaultsError, FaultError, ScenarioError
+from ddpfaults.expect import Expect
 from ddpfaults.faults import Fault, check_faults
-from ddpfaults.judge.results import Outcome, WorldResult
+from ddpfaults.judge.results import WorldResult
 from ddpfaults.spec import RunSpec
 
 ATTRIBUTE = "__ddpfaults_scenario__"
-
-
-_EXPECT_TEXT = re.compile(
-    r"^(?P<outcome>completed|hung|crashed)"
-    r"(?: with (?P<error>[\w.]+))?"
-    r"(?: on rank (?P<rank>\d+))?"
-    r"(?: in (?P<collective>[\w.]+))?$"
-)
-
-
-@dataclass(frozen=True)
-class Expect:
-    """What a world must do: an outcome, and optionally the root-cause rank, its error type,
-    the collective at fault, a root-cause substring, bit-equal return values across ranks, and
-    ``checks``: named predicates over the result (see :class:`Check`) for what a verdict alone
-    cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
-
-    ``faults_fire`` (default True): every fault of the plan must fire at least once — a fault
-    that never fires means the scenario tests nothing, which is reported as a failure.
-    """
-
-    outcome: Outcome
-    rank: int | None = None
-    error: str | None = None
-    collective: str | None = None
-    root_cause: str | None = None
-    values_equal: bool = False
-    faults_fire: bool = True
-    checks: tuple = ()
-
-    def __post_init__(self):
-        try:
-            object.__setattr__(self, "outcome", Outcome(self.outcome))
-        except ValueError:
-            raise ScenarioError(
-                f"expect: outcome must be one of completed/hung/crashed, got {self.outcome!r}"
-            ) from None
-
-    @classmethod
-    def parse(cls, value) -> Expect:
-        """An Expect from an Expect, an outcome, or text such as ``"crashed with KeyError on rank 0"``."""
-        if isinstance(value, Expect):
-            return value
-        if isinstance(value, Outcome):
-            return cls(value)
-        if isinstance(value, str):
-            match = _EXPECT_TEXT.match(value.strip())
-            if not match:
-                raise ScenarioError(
-                    f"expect {value!r}: write 'completed', 'hung' or 'crashed', optionally followed by "
-                    f"'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 0')"
-                )
-            parts = match.groupdict()
-            rank = int(parts["rank"]) if parts["rank"] is not None else None
-            return cls(parts["outcome"], rank=rank, error=parts["error"], collective=parts["collective"])
-        raise ScenarioError(f"expect must be a string or ddpfaults.Expect, got {value!r}")
-
-    def describe(self) -> str:
-        """The expectation in the string form ``parse`` accepts (plus flags)."""
-        text = str(self.outcome)
-        if self.error:
-            text += f" with {self.error}"
-        if self.rank is not None:
-            text += f" on rank {self.rank}"
-        if self.collective:
-            text += f" in {self.collective}"
-        if self.root_cause:
-            text += f" (root cause mentions {self.root_cause!r})"
-        if self.values_equal:
-            text += " (replicas bit-equal)"
-        return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
-
-    def mismatches(self, result: WorldResult) -> list[Mismatch]:
-        """Every way ``result`` differs from this expectation (empty list: it matched)."""
-        found = []
-        if result.outcome != self.outcome:
-            found.append(Mismatch("outcome", f"expected {self.outcome}, observed {result.outcome}"))
-        if self.rank is not None and result.root_rank != self.rank:
-            found.append(
-                Mismatch("rank", f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}")
-            )
-        root = result.ranks[result.root_rank] if result.root_rank is not None else None
-        if self.error is not None:
-            error = (root.error or "") if root is not None else ""
-            if not (error.startswith(self.error) or f"{self.error}:" in error or self.error in result.root_cause):
-                found.append(Mismatch("error", f"expected error {self.error}, observed {error or result.root_cause!r}"))
-        if self.collective is not None:
-            ops = result.divergence.ops() if result.divergence is not None else set()
-            ops |= {c.op for c in (root.collectives if root is not None else []) if not c.done}
-            if self.collective not in ops:
-                found.append(
-                    Mismatch(
-                        "collective",
-                        f"expected the collective {self.collective} at fault, observed "
-                        f"{sorted(ops) or 'none'} ({result.root_cause})",
-                    )
-                )
-        if self.root_cause is not None and self.root_cause not in result.root_cause:
-            found.append(
-                Mismatch(
-                    "root_cause",
-                    f"expected the root cause to mention {self.root_cause!r}, observed {result.root_cause!r}",
-                )
-            )
-        if self.values_equal and result.outcome == Outcome.COMPLETED and len(set(map(repr, result.values))) != 1:
-            found.append(
-                Mismatch("values", f"expected every rank to return the same value, observed {result.values!r}")
-            )
-        if self.faults_fire:
-            fired = {f.index for f in result.fired}
-            found += [
-                Mismatch(
-                    "fault_never_fired", f"FaultNeverFired: {fault} never fired — the scenario does not exercise it"
-                )
-                for i, fault in enumerate(result.faults)
-                if i not in fired
-            ]
-        for check in self.checks:
-            problem = check(result)
-            if problem:
-                found.append(
-                    Mismatch("check", f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
-                )
-        return found
-
-    def verify(self, result: WorldResult) -> None:
-        """Raise :class:`~ddpfaults.errors.FaultNeverFired` if the only problem is a fault that never fired,
-        :class:`~ddpfaults.errors.ExpectationFailed` for any other mismatch; return if ``result`` matched."""
-        found = self.mismatches(result)
-        if found:
-            kind = FaultNeverFired if all(m.kind == "fault_never_fired" for m in found) else ExpectationFailed
-            raise kind(found)
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """One way a world differed from its expectation: what differed (``outcome``, ``rank``, ``error``,
-    ``collective``, ``root_cause``, ``values``, ``fault_never_fired``, ``check``) and how, in words."""
-
-    kind: str
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True)
-class Check:
-    """A named predicate for ``Expect(checks=...)``: ``fn(result)`` returns a problem (text) or None."""
-
-    description: str
-    fn: object
-
-    def __call__(self, result) -> str | None:
-        try:
-            return self.fn(result)
-        except Exception as exc:  # a malformed result is a mismatch, not a harness crash
-            return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -202,12 +45,22 @@ class Variant:
     peer_failure: str | None = None
     timeout: float | None = None
     stall: float | None = None
+    argv: tuple | None = None
 
 
 def variant(
-    name: str, *, expect=None, faults=None, kwargs=None, world_size=None, peer_failure=None, timeout=None, stall=None
+    name: str,
+    *,
+    expect=None,
+    faults=None,
+    kwargs=None,
+    argv=None,
+    world_size=None,
+    peer_failure=None,
+    timeout=None,
+    stall=None,
 ) -> Variant:
-    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function."""
+    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
     return Variant(
@@ -219,7 +72,14 @@ def variant(
         peer_failure,
         timeout,
         stall,
+        _argv(argv, f"variant {name}") if argv is not None else None,
     )
+
+
+def _argv(argv, where: str) -> tuple:
+    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+        raise ScenarioError(f"{where}: argv must be a list of strings (the script's arguments), got {argv!r}")
+    return tuple(argv)
 
 
 @dataclass(frozen=True)
@@ -256,7 +116,8 @@ class Case:
             faults = check_faults(self.faults, spec.world_size)
         except DDPFaultsError as exc:
             raise ScenarioError(f"scenario {self.id}: {exc}") from None
-        return CaseRun(spec, faults, {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})})
+        kwargs = {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})}
+        return CaseRun(spec, faults, kwargs, self._pick("argv"))
 
     def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
@@ -265,6 +126,18 @@ class Case:
 
         plan = self.resolve(defaults or RunSpec())
         spec = fit(plan.spec) if fit is not None else plan.spec
+        if self.scenario.script is not None:
+            from ddpfaults.engine.scripts import run_script
+
+            return run_script(
+                self.scenario.script,
+                plan.argv,
+                world_size=spec.world_size,
+                faults=plan.faults,
+                step_clock=self.scenario.step_clock,
+                spec=spec,
+                flight_recorder_dir=flight_recorder_dir,
+            )
         return run_world(
             self.scenario.fn,
             world_size=spec.world_size,
@@ -282,13 +155,14 @@ class CaseRun:
     spec: RunSpec
     faults: tuple
     kwargs: dict
+    argv: tuple = ()
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """A declared scenario: the rank function and what running it must produce."""
+    """A declared scenario: the rank function (or the script) and what running it must produce."""
 
-    fn: object
+    fn: object  # the rank function; None for a script scenario
     name: str
     expect: Expect
     faults: tuple = ()
@@ -299,6 +173,10 @@ class Scenario:
     kwargs: dict = field(default_factory=dict)
     variants: tuple = ()
     doc: str = ""
+    script: str | None = None  # a script scenario: the script's absolute path
+    argv: tuple = ()
+    step_clock: str = "optimizer"
+    module: str | None = None  # the declaring module (a script scenario has no function to tell it)
 
     def cases(self) -> list[Case]:
         """One case per variant, or the scenario itself when it has none."""
@@ -324,47 +202,97 @@ def scenario(
         qualname = getattr(fn, "__qualname__", "")
         if not callable(fn) or "<locals>" in qualname or "<lambda>" in qualname:
             raise ScenarioError(f"scenario {label}: must decorate a module-level function, got {fn!r}")
-        try:
-            declared_faults = tuple(faults)
-            for fault in declared_faults:
-                if not isinstance(fault, Fault):
-                    raise FaultError(f"{fault!r} is not a ddpfaults fault")
-            if world_size is not None:
-                check_faults(declared_faults, world_size)
-            declared = Scenario(
-                fn=fn,
-                name=label,
-                expect=Expect.parse(expect),
-                faults=declared_faults,
-                world_size=world_size,
-                peer_failure=peer_failure,
-                timeout=timeout,
-                stall=stall,
-                kwargs=dict(kwargs or {}),
-                variants=tuple(variants),
-                doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
-            )
-            names = [v.name for v in declared.variants]
-            if len(set(names)) != len(names):
-                raise ScenarioError(f"variant names repeat: {names}")
-            for v in declared.variants:
-                if not isinstance(v, Variant):
-                    raise ScenarioError(f"variants must be made with ddpfaults.variant(...), got {v!r}")
-                size = v.world_size or world_size
-                if size is not None:
-                    check_faults(v.faults if v.faults is not None else declared_faults, size)
-        except (DDPFaultsError, TypeError) as exc:
-            raise ScenarioError(f"scenario {label}: {exc}") from None
+        declared = _declare(
+            label,
+            fn=fn,
+            expect=expect,
+            faults=faults,
+            world_size=world_size,
+            peer_failure=peer_failure,
+            timeout=timeout,
+            stall=stall,
+            kwargs=dict(kwargs or {}),
+            variants=tuple(variants),
+            doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
+        )
         setattr(fn, ATTRIBUTE, declared)
         return fn
 
     return declare
 
 
+def script_scenario(
+    script: str,
+    *,
+    argv=(),
+    name=None,
+    step_clock="optimizer",
+    world_size=None,
+    faults=(),
+    expect="completed",
+    variants=(),
+    peer_failure=None,
+    timeout=None,
+    stall=None,
+) -> Scenario:
+    """Declare a scenario that runs a script, unmodified, as torchrun would (see :func:`ddpfaults.run_script`);
+    assign the result to a module-level name. ``script`` is relative to the declaring module's file; ``argv``
+    (and each variant's ``argv``) are the script's arguments. The name defaults to the script's file name."""
+    declaring = sys._getframe(1).f_globals
+    here = os.path.dirname(os.path.abspath(declaring.get("__file__") or "."))
+    path = os.path.normpath(os.path.join(here, script))
+    label = name or os.path.splitext(os.path.basename(script))[0]
+    if not os.path.isfile(path):
+        raise ScenarioError(f"scenario {label}: script {script!r} not found (looked for {path})")
+    if step_clock not in ("optimizer", "dataloader"):
+        raise ScenarioError(f"scenario {label}: step_clock must be optimizer or dataloader, got {step_clock!r}")
+    return _declare(
+        label,
+        fn=None,
+        expect=expect,
+        faults=faults,
+        world_size=world_size,
+        peer_failure=peer_failure,
+        timeout=timeout,
+        stall=stall,
+        variants=tuple(variants),
+        doc=f"runs {os.path.relpath(path, here)}",
+        script=path,
+        argv=_argv(argv, f"scenario {label}"),
+        step_clock=step_clock,
+        module=declaring.get("__name__"),
+    )
+
+
+def _declare(label: str, **fields) -> Scenario:
+    """The validated :class:`Scenario`; every problem a :class:`ScenarioError` naming it."""
+    try:
+        fields["faults"] = tuple(fields["faults"])
+        for fault in fields["faults"]:
+            if not isinstance(fault, Fault):
+                raise FaultError(f"{fault!r} is not a ddpfaults fault")
+        if fields["world_size"] is not None:
+            check_faults(fields["faults"], fields["world_size"])
+        declared = Scenario(name=label, **{**fields, "expect": Expect.parse(fields["expect"])})
+        names = [v.name for v in declared.variants]
+        if len(set(names)) != len(names):
+            raise ScenarioError(f"variant names repeat: {names}")
+        for v in declared.variants:
+            if not isinstance(v, Variant):
+                raise ScenarioError(f"variants must be made with ddpfaults.variant(...), got {v!r}")
+            size = v.world_size or declared.world_size
+            if size is not None:
+                check_faults(v.faults if v.faults is not None else declared.faults, size)
+    except (DDPFaultsError, TypeError) as exc:
+        raise ScenarioError(f"scenario {label}: {exc}") from None
+    return declared
+
+
 def scenarios_in(module) -> list[Scenario]:
-    """The scenarios declared in an imported module, in definition order."""
-    found = [getattr(v, ATTRIBUTE) for v in vars(module).values() if hasattr(v, ATTRIBUTE)]
-    return [s for s in found if getattr(s.fn, "__module__", None) == module.__name__]
+    """The scenarios declared in an imported module (functions and scripts), in definition order."""
+    found = [v if isinstance(v, Scenario) else getattr(v, ATTRIBUTE, None) for v in vars(module).values()]
+    found = [v for v in found if isinstance(v, Scenario)]
+    return [s for s in found if (s.module or getattr(s.fn, "__module__", None)) == module.__name__]
 
 
 def load_module(path: str):
@@ -417,13 +345,12 @@ def discover(paths=None, pattern: str = "scenario_*.py") -> list[Case]:
 
 
 __all__ = [
-    "Check",
-    "Expect",
     "Scenario",
     "ScenarioError",
     "Case",
     "Variant",
     "scenario",
+    "script_scenario",
     "variant",
     "discover",
     "scenarios_in",

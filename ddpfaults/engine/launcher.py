@@ -15,7 +15,7 @@ import time
 
 from ddpfaults import errors
 from ddpfaults.engine import pool
-from ddpfaults.faults import check_faults
+from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
@@ -57,7 +57,9 @@ def run_world(
     """
     if reuse is None:
         reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
-    spec = (spec or RunSpec()).replace(
+    spec = local_spec(
+        spec,
+        world_size,
         timeout=timeout,
         stall=stall,
         seed=seed,
@@ -67,14 +69,40 @@ def run_world(
         start_method=start_method,
         reuse=reuse,
     )
-    spec = dataclasses.replace(spec, world_size=world_size)  # required: None is an error here, not "unset"
+    faults = check_faults(faults, spec.world_size)
+    fn_module = getattr(fn, "__module__", "__main__")
+    work = Work(
+        payload=_pickle_payload(fn, args, kwargs or {}),
+        module=fn_module,
+        file=getattr(sys.modules.get(fn_module), "__file__", None),
+        function=describe_function(fn),
+        kwargs=repr(dict(kwargs)) if kwargs else "",
+    )
+    return LocalWorld(work, faults, spec, flight_recorder_dir).run()
+
+
+def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
+    """``spec`` (else the defaults) with the given settings (None: unset) and ``world_size`` (required), validated
+    for a world on this machine (gloo)."""
+    spec = dataclasses.replace((spec or RunSpec()).replace(**settings), world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
-    faults = check_faults(faults, spec.world_size)
-    payload = _pickle_payload(fn, args, kwargs or {})
-    world = _LocalWorld(fn, payload, faults, spec, kwargs_repr=repr(dict(kwargs)) if kwargs else "")
-    world.flight_recorder_dir = os.fspath(flight_recorder_dir) if flight_recorder_dir is not None else None
-    return world.run()
+    return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a world's ranks run: the pickled ``(fn, args, kwargs)``, where ``fn``'s module lives (to import it in
+    a rank), and how reports name it (``function``, ``kwargs``, ``replay``, ``step_clock``)."""
+
+    payload: bytes
+    module: str
+    file: str | None
+    function: str
+    kwargs: str = ""
+    replay: str | None = None
+    step_clock: str = "ctx.step"
+    script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -94,17 +122,17 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
         ) from None
 
 
-class _LocalWorld(loop.Observer):
+class LocalWorld(loop.Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
-    def __init__(self, fn, payload: bytes, faults: tuple, spec: RunSpec, kwargs_repr: str):
-        self.fn, self.payload, self.faults, self.spec, self.kwargs_repr = fn, payload, faults, spec, kwargs_repr
+    def __init__(self, work: Work, faults: tuple, spec: RunSpec, flight_recorder_dir=None):
+        self.work, self.faults, self.spec = work, faults, spec
         self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
         self.dir = None
         self.warm = False
         self.sentinels: dict = {}
-        self.flight_recorder_dir: str | None = None
+        self.flight_recorder_dir = os.fspath(flight_recorder_dir) if flight_recorder_dir is not None else None
         self.outputs: dict = {}  # rank -> the tail of its output, once read at the verdict
         self.fr_asked: dict = {}  # rank -> its dump's mtime when a dump was last asked of it
 
@@ -127,9 +155,11 @@ class _LocalWorld(loop.Observer):
                 reason,
                 start_method=self.spec.start_method,
                 faults=[repr(f) for f in self.faults],
-                function=describe_function(self.fn),
+                function=self.work.function,
                 warm=self.warm,
-                kwargs=self.kwargs_repr,
+                kwargs=self.work.kwargs,
+                replay=self.work.replay,
+                step_clock=self.work.step_clock,
             )
             if self.flight_recorder_dir is not None:
                 result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
@@ -171,24 +201,25 @@ class _LocalWorld(loop.Observer):
         self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
         shared = os.path.join(self.dir, "shared")
         os.mkdir(shared)
-        fn_module = getattr(self.fn, "__module__", "__main__")
         job = Job(
             job_dir=self.dir,
             shared_dir=shared,
             seed=spec.seed,
             peer_failure=spec.peer_failure,
-            payload=self.payload,
-            fn_module=fn_module,
-            fn_file=getattr(sys.modules.get(fn_module), "__file__", None),
+            payload=self.work.payload,
+            fn_module=self.work.module,
+            fn_file=self.work.file,
             faults=self.faults,
             env=dict(os.environ),
+            empty_batch_types=batches.registered(),
+            script=self.work.script,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()
         if self.warm:
             self.ranks.send(job)
         else:
-            self.ranks.start(job, hide_main=fn_module != "__main__")
+            self.ranks.start(job, hide_main=self.work.module != "__main__")
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs)}
 
     def _reusable(self, result: WorldResult) -> bool:

@@ -4,16 +4,19 @@ Every fault has a keyword-only constructor that validates its arguments, a
 ``check_world(world_size)`` that validates it against the world it is given to,
 and a ``repr`` that is valid Python rebuilding it (so a failing plan can be pasted
 into a regression test). Inside a rank, the engine calls ``on_step`` when the
-rank announces a step and ``skips_collective`` before each traced collective;
-data faults (``EmptyBatch``, ``SchemaDrift``, ``DeviceMismatch``, ``UnevenInputs``) are
-asked for by scenario code through ``ctx.fault(EmptyBatch)``; checkpoint faults
+rank's step clock starts a step (``ctx.step(i)``, or the optimizer/DataLoader clock
+of a script world) and ``skips_collective`` before each traced collective; data
+faults (``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``) act on the batches a
+``DataLoader`` yields and ``DeviceMismatch`` on the construction of DDP, unless
+scenario code asks for them through ``ctx.fault(Kind)``; checkpoint faults
 (``TornCheckpointWrite``, ``WriterKilledMidSave``) intercept ``torch.save`` /
-``torch.load`` in the rank, so the code under test needs no change. Whenever a
+``torch.load`` in the rank. So the code under test needs no change. Whenever a
 fault takes effect it is recorded as fired.
 
 This package holds the values only: :mod:`~ddpfaults.faults.base` (the base class and its
 validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data` and
-:mod:`~ddpfaults.faults.checkpoint` (the kinds). The code that carries out a checkpoint fault
+:mod:`~ddpfaults.faults.checkpoint` (the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does
+to a batch of any layout). The code that carries out a checkpoint fault
 inside a rank is :mod:`ddpfaults.rank.checkpoint`; importing this package imports neither it nor torch.
 """
 
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 from ddpfaults.errors import FaultError
 from ddpfaults.faults.base import Fault, check_faults
+from ddpfaults.faults.batches import register_empty_batch, zero_instance_target
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
-from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs, zero_instance_target
-from ddpfaults.faults.step import RankCrash, RankOnlyBarrier, SkippedCollective, Straggler
+from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
+from ddpfaults.faults.step import RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
 
 __all__ = [
     "DeviceMismatch",
@@ -31,6 +35,7 @@ __all__ = [
     "Fault",
     "FaultError",
     "RankCrash",
+    "RankKilled",
     "RankOnlyBarrier",
     "SchemaDrift",
     "SkippedCollective",
@@ -39,5 +44,6 @@ __all__ = [
     "UnevenInputs",
     "WriterKilledMidSave",
     "check_faults",
+    "register_empty_batch",
     "zero_instance_target",
 ]

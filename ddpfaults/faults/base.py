@@ -74,6 +74,18 @@ class Fault:
         """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
         return False
 
+    # -- hooks called at torch's seams inside a rank (where the fault applies, unless claimed by ctx.fault) ----
+    def on_batch(self, batch):
+        """A batch a DataLoader yields, replaced by what this fault makes of it; None: no effect."""
+        return None
+
+    #: how many batches each DataLoader iterator yields before it stops (None: no limit)
+    batch_limit: int | None = None
+
+    def ddp_kwargs(self, rank: int, args: tuple, kwargs: dict) -> dict | None:
+        """The keyword arguments ``DistributedDataParallel(module, *args, **kwargs)`` gets instead; None: no effect."""
+        return None
+
     # -- values --------------------------------------------------------------------------
     def _fields(self) -> dict:
         fields = {self.rank_arg: _fmt(self.ranks)}

@@ -1,44 +1,25 @@
 """Data faults: wrong data handed to a rank (empty batch, schema drift, device mismatch, uneven inputs).
 
-Scenario code asks for them with ``ctx.fault(Kind)`` and applies the returned fault to its own
-data, so the effect sits in the scenario's code path. Nothing here imports torch at module level.
+Two ways to take effect. Code that never asks for them gets them at torch's own seams: the batches a
+``torch.utils.data.DataLoader`` yields (:meth:`on_batch`, :attr:`batch_limit`) and the construction of
+``DistributedDataParallel`` (:meth:`DeviceMismatch.ddp_kwargs`). Scenario code that asks ``ctx.fault(Kind)``
+applies the returned fault to its own data instead (asking claims that kind on that rank: the seams then
+leave it alone). Nothing here imports torch at module level.
 """
 
 from __future__ import annotations
 
-import copy
-
 from ddpfaults.errors import FaultError
 from ddpfaults.faults.base import Fault, _require_rank, _require_step
-
-#: Target keys that describe the scene rather than its instances: kept whole by :func:`zero_instance_target`.
-PER_SCENE_KEYS = ("point2segment",)
-
-
-def zero_instance_target(target: dict, *, keep: tuple[str, ...] = PER_SCENE_KEYS) -> dict:
-    """A zero-instance copy of ``target``: the same keys, dtypes, devices and trailing shapes, no rows.
-
-    Every tensor gets zero rows along dim 0 (``value[:0]``), except the per-scene keys in ``keep`` and
-    0-dim tensors, which are cloned whole; non-tensor values are deep-copied. Works for any dict.
-    """
-    from torch import Tensor
-
-    empty = {}
-    for key, value in target.items():
-        if not isinstance(value, Tensor):
-            empty[key] = copy.deepcopy(value)
-        elif key in keep or value.dim() == 0:
-            empty[key] = value.detach().clone()
-        else:
-            empty[key] = value.detach()[:0].clone()
-    return empty
+from ddpfaults.faults.batches import can_empty, drop_key, empty_batch, holds_key, zero_instance_target
 
 
 class EmptyBatch(Fault):
     """``rank``'s batch at ``step`` has no valid instances: targets with zero rows, same schema.
 
-    Scenario code asks ``f = ctx.fault(EmptyBatch)`` and, when it is set, passes its batch
-    targets through ``f.apply(targets)``.
+    At the DataLoader seam every batch the rank gets at ``step`` is emptied (see
+    :mod:`ddpfaults.faults.batches`). Scenario code may instead ask ``f = ctx.fault(EmptyBatch)`` and, when it
+    is set, pass its batch targets through ``f.apply(targets)``.
     """
 
     def __init__(self, *, rank, step):
@@ -49,6 +30,11 @@ class EmptyBatch(Fault):
     def apply(self, targets: list) -> list:
         """The same targets with every per-instance field cut to zero rows (keys, dtypes, shapes kept)."""
         return [zero_instance_target(t) for t in targets]
+
+    def on_batch(self, batch):
+        """A DataLoader batch at the fault's step, emptied (:func:`~ddpfaults.faults.batches.empty_batch`); None if
+        there was nothing to empty (no tensor with rows, no target list, no registered type in it)."""
+        return empty_batch(batch) if can_empty(batch) else None
 
 
 class SchemaDrift(Fault):
@@ -73,6 +59,10 @@ class SchemaDrift(Fault):
 
         rows = len(target["labels"]) if "labels" in target else 0
         return {**target, self.key: torch.ones(rows, dtype=torch.bool)}
+
+    def on_batch(self, batch):
+        """A DataLoader batch at the fault's step with ``key`` dropped from its target dicts (None: no dict had it)."""
+        return drop_key(batch, self.key) if holds_key(batch, self.key) else None
 
     def require(self, targets: list) -> None:
         """Read ``key`` from every target, raising ``KeyError(key)`` like the criterion's matcher."""
@@ -102,6 +92,13 @@ class DeviceMismatch(Fault):
 
         return torch.device(self.device_type, rank)
 
+    def ddp_kwargs(self, rank: int, args: tuple, kwargs: dict) -> dict | None:
+        """At ``DistributedDataParallel(module, *args, **kwargs)`` on ``rank``: the keyword arguments of the naive
+        wrap (``device_ids=[rank]`` from the launcher's device), or None if the caller already chose devices."""
+        if args or kwargs.get("device_ids") is not None:
+            return None
+        return {**kwargs, "device_ids": [self.launcher_device(rank).index]}
+
     def _fields(self) -> dict:
         fields = super()._fields()
         if self.device_type != "xla":
@@ -121,7 +118,7 @@ class UnevenInputs(Fault):
         _require_rank(self)
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
             raise FaultError(f"UnevenInputs: batches must be a non-negative int, got {batches!r}")
-        self.batches = batches
+        self.batches = self.batch_limit = batches
 
     def limit(self, loader):
         """An iterator over at most ``batches`` items of ``loader``."""

@@ -7,6 +7,8 @@ The engine calls ``on_step`` when a rank announces a step the fault applies to, 
 from __future__ import annotations
 
 import math
+import os
+import signal as signals
 import time
 
 from ddpfaults.errors import FaultError
@@ -38,6 +40,34 @@ class RankCrash(Fault):
 
     def _fields(self) -> dict:
         return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
+
+
+class RankKilled(Fault):
+    """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step``: an OOM kill, a
+    preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died."""
+
+    def __init__(self, *, rank, step, signal: int = signals.SIGKILL):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+        try:
+            if isinstance(signal, bool):
+                raise ValueError(signal)
+            self.signal = signals.Signals(signal)
+        except ValueError:
+            raise FaultError(
+                f"RankKilled: signal must be a signal number like signal.SIGKILL, got {signal!r}"
+            ) from None
+
+    def on_step(self, ctx) -> None:
+        """Send the signal to this rank's own process."""
+        os.kill(os.getpid(), self.signal)  # returns only if the code under test handles the signal
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.signal != signals.SIGKILL:
+            fields["signal"] = f"signal.{self.signal.name}"
+        return fields
 
 
 class Straggler(Fault):

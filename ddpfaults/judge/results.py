@@ -227,8 +227,9 @@ class WorldResult:
     divergence: Divergence | None = None
     faults: list[str] = field(default_factory=list)
     fired: list[FiredFault] = field(default_factory=list)
-    function: str = ""
-    kwargs: str = ""  # repr of the keyword arguments the function got (for the replay line)
+    function: str = ""  # file.py:name of a rank function, or the script (train.py, -m pkg.module) of a script world
+    kwargs: str = ""  # repr of the keyword arguments the function got (a script's argv), for the replay line
+    step_clock: str = "ctx.step"  # who started steps: ctx.step, or a script world's optimizer / dataloader seam
     replay: str | None = None
     events: list[dict] = field(default_factory=list)  # launcher-side: stall began, verdict (t since start)
     flight_records: str | None = None  # the folder holding every rank's flight-recorder dump, if kept
@@ -338,7 +339,8 @@ def report_parts(world: WorldResult, *, output_lines: int = 15) -> tuple[str, li
     out = [
         f"ddpfaults: {world.world_size}-rank {world.backend} world {str(world.outcome).upper()} "
         f"in {world.elapsed:.2f} s ({world.reason})",
-        f"function: {world.function}   seed: {world.seed}   peer_failure: {world.peer_failure}",
+        f"function: {world.function}   seed: {world.seed}   peer_failure: {world.peer_failure}"
+        + (f"   steps counted by: {world.step_clock}" if world.step_clock != "ctx.step" else ""),
         f"root cause: {world.root_cause}",
     ]
     if world.divergence:

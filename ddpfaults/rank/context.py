@@ -78,8 +78,8 @@ class EventLog:
         os.write(self._fd, (json.dumps(fields, default=str) + "\n").encode())
 
 
-def _call_site() -> str:
-    """``file:line in func`` of the innermost frame outside torch and ddpfaults."""
+def call_site() -> str:
+    """``file:line in func`` of the innermost frame outside torch and ddpfaults (called from a traced wrapper)."""
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
@@ -105,6 +105,8 @@ class RankContext:
     ``rank``, ``world_size``, ``seed``, ``shared_dir`` (a directory all ranks of this
     world share, removed afterwards), ``device`` (always CPU here), ``step(i)`` (the
     progress heartbeat and the clock faults use), ``fault(kind)`` and ``ddp(model)``.
+    ``clock`` is who announces steps: None (the function calls ``step``), ``"optimizer"`` or
+    ``"dataloader"`` (a script world's seams, :mod:`ddpfaults.rank.seams`).
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class RankContext:
         peer_failure: str,
         faults: tuple,
         events: EventLog,
+        clock: str | None = None,
     ):
         self.rank = rank
         self.world_size = world_size
@@ -128,7 +131,10 @@ class RankContext:
         self.device = torch.device("cpu")
         self.faults = tuple(faults)
         self.current_step: int | None = None
+        self.clock = clock
+        self.batches = 0  # DataLoader batches yielded on this rank so far (the dataloader clock)
         self._events = events
+        self._claimed: set[type] = set()  # fault kinds the function asked for itself (the seams leave them alone)
         self._fired_once: set = set()
         self._seq = 0
 
@@ -136,7 +142,7 @@ class RankContext:
     def step(self, i: int) -> None:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
-        self._events.emit("step", step=self.current_step)
+        self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step")
         for fault in self._active():
             if type(fault).on_step is not Fault.on_step:
                 self.record_fired(fault, "on_step")
@@ -161,13 +167,19 @@ class RankContext:
     def fault(self, kind: type):
         """The fault of type ``kind`` that applies to this rank at the current step, or None.
 
-        Asking marks the fault as fired (the scenario is about to act on it).
+        Asking marks the fault as fired (the scenario is about to act on it), and claims ``kind`` on this
+        rank: from then on torch's seams (DataLoader, DDP construction) leave faults of that kind alone.
         """
+        self._claimed.add(kind)
         for fault in self._active():
             if isinstance(fault, kind):
                 self.record_fired(fault, "queried")
                 return fault
         return None
+
+    def seam_faults(self) -> list:
+        """The faults applying to this rank at the current step that the function has not claimed."""
+        return [f for f in self._active() if not isinstance(f, tuple(self._claimed))]
 
     def once(self, fault) -> bool:
         """True the first time it is asked for ``fault`` at the current step on this rank, then False."""
@@ -205,9 +217,7 @@ class RankContext:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
-        seq = self._enter(
-            "all_reduce", [list(buffer.shape)], _call_site(), note=f"DDP gradient bucket {bucket.index()}"
-        )
+        seq = self._enter("all_reduce", [list(buffer.shape)], call_site(), note=f"DDP gradient bucket {bucket.index()}")
         original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
         future = original(buffer, group=group, async_op=True).get_future()
 
@@ -238,7 +248,7 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
             if fault.skips_collective(ctx, op):
                 ctx.record_fired(fault, f"skipped {op}")
                 return None
-    seq = ctx._enter(op, shapes, _call_site(), note=note)
+    seq = ctx._enter(op, shapes, call_site(), note=note)
     _local.inside = True
     try:
         return original(*args, **kwargs)

@@ -53,7 +53,7 @@ def run_job(
     ctx: RankContext,
     *,
     load: Callable[[], tuple],
-    init_process_group: Callable[[], None],
+    init_process_group: Callable[[], None] | None,
     publish: Callable[[dict], None],
     leftovers: Callable[[], list] = list,
     still_reporting: Callable[[], bool] = lambda: True,
@@ -62,16 +62,18 @@ def run_job(
 
     The result dict holds ``value`` (pickled), or ``error``, ``traceback`` and ``site``. ``publish(result)``
     stores it where the judge reads it; the ``finished`` event carries ``leftovers()``, the state the job left
-    in this process. A failure is not reported when ``still_reporting()`` says the world was already judged.
+    in this process. ``init_process_group`` None: the function initialises its own (a script world). A failure
+    is not reported when ``still_reporting()`` says the world was already judged.
     """
     seed_everything(ctx.seed)
     context.activate(ctx)
     result = {"value": None, "error": None, "traceback": None, "site": None}
     try:
         fn, args, kwargs = load()
-        seq = ctx._enter("init_process_group", [], "ddpfaults")
-        init_process_group()
-        ctx._exit(seq)
+        if init_process_group is not None:
+            seq = ctx._enter("init_process_group", [], "ddpfaults")
+            init_process_group()
+            ctx._exit(seq)
         value = fn(ctx, *args, **kwargs)
         try:
             result["value"] = pickle.dumps(value)

@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from ddpfaults.rank import context, flight
+from ddpfaults.faults import batches
+from ddpfaults.rank import context, flight, seams
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 
@@ -61,6 +62,8 @@ class Job:
     fn_file: str | None
     faults: tuple = ()
     env: dict = field(default_factory=dict)
+    empty_batch_types: dict = field(default_factory=dict)  # register_empty_batch's transforms in the launcher
+    script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
 
 
 def _write_result(path: str, result: dict) -> None:
@@ -222,10 +225,11 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         leftovers.extend(leftover_state(config, baseline))
         return leftovers
 
+    batches.adopt(job.empty_batch_types)
     result = run_job(
         ctx,
         load=lambda: _load_payload(job),
-        init_process_group=init_process_group,
+        init_process_group=None if job.script else init_process_group,
         publish=publish,
         leftovers=left_behind,
     )
@@ -233,7 +237,22 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         if job.peer_failure == "exit":
             os._exit(1)
         _linger()
+    if job.script:
+        _exit_as_worker()
     return leftovers
+
+
+def _exit_as_worker() -> None:
+    """End the process as a torchrun worker's interpreter would after its script: exit handlers, then exit 0
+    (its sockets close: peers still waiting on it get "Connection closed by peer", as under torchrun)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def main(config: RankConfig, job: Job | None, jobs=None) -> None:
@@ -249,6 +268,7 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
             pass
     _watch_launcher(config.world_dir)
     context.install_tracing()
+    seams.install()
     baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}
     while True:
         if job is None:

@@ -27,7 +27,7 @@ import hashlib
 import torch
 from torch import Tensor
 
-from ddpfaults.faults.data import zero_instance_target
+from ddpfaults.faults.batches import zero_instance_target
 
 #: The exact schema (key set) of a real scene target.
 TARGET_FIELDS = ("labels", "masks", "segment_mask", "inst_ids", "point2segment")

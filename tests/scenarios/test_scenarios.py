@@ -52,6 +52,7 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_empty_batch.py",
         "scenario_partial_fake_target.py",
         "scenario_rank_crash.py",
+        "scenario_scripts.py",
     ]
     ids = {c.id for c in CASES}
     assert len(ids) == len(CASES) >= 23
@@ -72,9 +73,19 @@ def test_every_fixed_variant_that_completes_checks_replica_equality():
             assert case.expect.values_equal, case.id
 
 
+RESULTS: dict = {}  # case id -> its world result, kept for the script-vs-function comparison below
+
+
+def _result(case_id: str):
+    """The case's result from this session, or a fresh run (under xdist another worker may have run it)."""
+    if case_id not in RESULTS:
+        RESULTS[case_id] = next(c for c in CASES if c.id == case_id).run(RunSpec())
+    return RESULTS[case_id]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_builtin_case_matches_its_expectation(case):
-    result = case.run(RunSpec())
+    result = RESULTS[case.id] = case.run(RunSpec())
     mismatches = case.expect.mismatches(result)
     assert mismatches == [], f"{case.id}: {mismatches}\n\n{result.report()}"
     fired = "\n".join(f.describe() for f in result.fired)
@@ -82,6 +93,33 @@ def test_builtin_case_matches_its_expectation(case):
         assert text in fired, f"{case.id}: no fired record containing {text!r} in:\n{fired}"
     if case.expect.outcome == "completed":
         assert all(r.state == "finished" for r in result.ranks)
+
+
+#: script scenario case -> its fn(ctx) twin (scenario_scripts.py says where torchrun's semantics differ)
+SCRIPT_TWINS = {
+    "empty_batch_script[early_return]": "empty_batch[early_return]",
+    "empty_batch_script[early_return_find_unused]": "empty_batch[early_return_find_unused]",
+    "empty_batch_script[criterion_skip]": "empty_batch[criterion_skip]",
+    "empty_batch_script[fixed]": "empty_batch[fixed]",
+    "checkpoint_script[torn_naive]": "checkpoint[torn_naive]",
+    "checkpoint_script[torn_fixed]": "checkpoint[torn_fixed]",
+    "checkpoint_script[rank0_barrier]": "checkpoint[rank0_barrier]",
+}
+
+
+@pytest.mark.parametrize("script_case, fn_case", SCRIPT_TWINS.items(), ids=list(SCRIPT_TWINS))
+def test_script_scenario_verdict_equals_its_function_twin(script_case, fn_case):
+    script, fn = _result(script_case), _result(fn_case)
+    assert (script.outcome, script.root_rank) == (fn.outcome, fn.root_rank), (script.report(), fn.report())
+    odd = [_odd_call(r) for r in (script, fn)]  # the diverging ranks and what they called (peers may differ)
+    assert odd[0] == odd[1], (script.report(), fn.report())
+
+
+def _odd_call(result):
+    if result.divergence is None:
+        return None
+    group = next(g for g in result.divergence.groups if g.ranks == result.divergence.odd_ranks)
+    return group.ranks, group.call.op if group.call else group.absent
 
 
 # -- the matrix command ------------------------------------------------------------------------

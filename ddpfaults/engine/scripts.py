@@ -1,0 +1,130 @@
+"""Script worlds: a user's ``train.py`` (or ``-m pkg.module``), unmodified, run on N local ranks as torchrun would.
+
+The launcher plays torchrun's agent: it hosts the TCPStore the workers rendezvous on (on a port the OS picks,
+so concurrent worlds never collide) and gives each rank a worker's environment; the ranks run the script
+(:mod:`ddpfaults.rank.script`) with tracing, the flight recorder and the seams installed, and the world is
+judged like any ``run_world`` world. Script worlds are never reused (the script owns its process group).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import os
+import pickle
+import shlex
+import sys
+from datetime import timedelta
+
+from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
+from ddpfaults.errors import ConfigError, ScriptError
+from ddpfaults.faults import check_faults
+from ddpfaults.judge.results import WorldResult
+from ddpfaults.rank import script, seams
+from ddpfaults.spec import RunSpec
+
+_RUNS = itertools.count()
+
+
+def run_script(
+    path: str | os.PathLike | None = None,
+    argv=(),
+    *,
+    module: str | None = None,
+    world_size: int,
+    faults=(),
+    step_clock: str = seams.OPTIMIZER,
+    timeout: float | None = None,
+    stall: float | None = None,
+    seed: int | None = None,
+    peer_failure: str | None = None,
+    start_method: str | None = None,
+    threads: int | None = None,
+    spec: RunSpec | None = None,
+    cwd: str | os.PathLike | None = None,
+    flight_recorder_dir: str | os.PathLike | None = None,
+) -> WorldResult:
+    """Run the script at ``path`` (as ``__main__``), or ``module`` (as ``python -m``), with ``argv`` on
+    ``world_size`` ranks, as torchrun's workers, and judge the world; returns the same :class:`WorldResult`
+    as :func:`~ddpfaults.run_world` (each rank's value is None).
+
+    The script initialises its own process group (``init_process_group("gloo")`` from the environment).
+    ``step_clock`` counts the steps step-keyed faults use: ``"optimizer"`` (step n+1 starts when the n-th
+    optimizer step returns; step 0 when the process group is up) or ``"dataloader"`` (step n is the n-th batch
+    a DataLoader yields on the rank). ``cwd`` is the ranks' working directory (default: this process's).
+    Other settings as for ``run_world``; script worlds are never reused.
+    """
+    target = _target(path, argv, module, step_clock, cwd)
+    spec = local_spec(
+        spec,
+        world_size,
+        timeout=timeout,
+        stall=stall,
+        seed=seed,
+        peer_failure=peer_failure,
+        start_method=start_method,
+        threads=threads,
+        reuse=False,
+    )
+    faults = check_faults(faults, spec.world_size)
+    import torch.distributed as dist
+
+    store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
+    try:
+        target = dataclasses.replace(target, master_port=store.port, run_id=f"ddpfaults-{os.getpid()}-{next(_RUNS)}")
+        work = Work(
+            payload=pickle.dumps((script.run, (target, spec.threads), {})),
+            module=script.__name__,
+            file=None,
+            function=target.name,
+            kwargs=shlex.join(target.argv),
+            replay=replay_line(target, spec, faults),
+            step_clock=target.clock,
+            script=True,
+        )
+        return LocalWorld(work, faults, spec, flight_recorder_dir).run()
+    finally:
+        del store
+
+
+def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
+    """The validated script target (the store's port and run id are filled in later)."""
+    if (path is None) == (module is None):
+        raise ScriptError(
+            f"run_script: give a script path or module=, exactly one (got path={path!r}, module={module!r})"
+        )
+    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+        raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
+    if step_clock not in seams.STEP_CLOCKS:
+        raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
+    cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+    if path is not None:
+        path = os.path.join(cwd, os.fspath(path))
+        if not os.path.isfile(path):
+            raise ScriptError(f"script {os.fspath(path)!r} not found (working directory {cwd})")
+    elif not _module_exists(module, cwd):
+        raise ScriptError(f"module {module!r} not found (python -m {module} from {cwd} would fail)")
+    return script.ScriptTarget(path, module, tuple(argv), cwd, step_clock, master_port=0, run_id="")
+
+
+def _module_exists(module: str, cwd: str) -> bool:
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.remove(cwd)
+
+
+def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple) -> str:
+    """The command that reruns this script world with the same seed, faults and settings."""
+    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(os.path.relpath(target.path))
+    plan = f" --faults {shlex.quote('[' + ', '.join(map(repr, faults)) + ']')}" if faults else ""
+    argv = f" -- {shlex.join(target.argv)}" if target.argv else ""
+    return (
+        f"python -m ddpfaults run {what} --world-size {spec.world_size} --seed {spec.seed} "
+        f"--timeout {spec.timeout:g} --stall {spec.stall:g} --peer-failure {spec.peer_failure} "
+        f"--step-clock {target.clock}{plan}{argv}"
+    )

@@ -1,0 +1,167 @@
+"""What a world must do: :class:`Expect` (outcome, root-cause rank, error, collective, checks), the
+:class:`Mismatch` es found against a result, and named :class:`Check` predicates. Pure: no torch, no processes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ddpfaults.errors import ExpectationFailed, FaultNeverFired, ScenarioError
+from ddpfaults.judge.results import Outcome, WorldResult
+
+_EXPECT_TEXT = re.compile(
+    r"^(?P<outcome>completed|hung|crashed)"
+    r"(?: with (?P<error>[\w.]+))?"
+    r"(?: on rank (?P<rank>\d+))?"
+    r"(?: in (?P<collective>[\w.]+))?$"
+)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a world must do: an outcome, and optionally the root-cause rank, its error type,
+    the collective at fault, a root-cause substring, bit-equal return values across ranks, and
+    ``checks``: named predicates over the result (see :class:`Check`) for what a verdict alone
+    cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
+
+    ``faults_fire`` (default True): every fault of the plan must fire at least once — a fault
+    that never fires means the scenario tests nothing, which is reported as a failure.
+    """
+
+    outcome: Outcome
+    rank: int | None = None
+    error: str | None = None
+    collective: str | None = None
+    root_cause: str | None = None
+    values_equal: bool = False
+    faults_fire: bool = True
+    checks: tuple = ()
+
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "outcome", Outcome(self.outcome))
+        except ValueError:
+            raise ScenarioError(
+                f"expect: outcome must be one of completed/hung/crashed, got {self.outcome!r}"
+            ) from None
+
+    @classmethod
+    def parse(cls, value) -> Expect:
+        """An Expect from an Expect, an outcome, or text such as ``"crashed with KeyError on rank 0"``."""
+        if isinstance(value, Expect):
+            return value
+        if isinstance(value, Outcome):
+            return cls(value)
+        if isinstance(value, str):
+            match = _EXPECT_TEXT.match(value.strip())
+            if not match:
+                raise ScenarioError(
+                    f"expect {value!r}: write 'completed', 'hung' or 'crashed', optionally followed by "
+                    f"'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 0')"
+                )
+            parts = match.groupdict()
+            rank = int(parts["rank"]) if parts["rank"] is not None else None
+            return cls(parts["outcome"], rank=rank, error=parts["error"], collective=parts["collective"])
+        raise ScenarioError(f"expect must be a string or ddpfaults.Expect, got {value!r}")
+
+    def describe(self) -> str:
+        """The expectation in the string form ``parse`` accepts (plus flags)."""
+        text = str(self.outcome)
+        if self.error:
+            text += f" with {self.error}"
+        if self.rank is not None:
+            text += f" on rank {self.rank}"
+        if self.collective:
+            text += f" in {self.collective}"
+        if self.root_cause:
+            text += f" (root cause mentions {self.root_cause!r})"
+        if self.values_equal:
+            text += " (replicas bit-equal)"
+        return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
+
+    def mismatches(self, result: WorldResult) -> list[Mismatch]:
+        """Every way ``result`` differs from this expectation (empty list: it matched)."""
+        found = []
+        if result.outcome != self.outcome:
+            found.append(Mismatch("outcome", f"expected {self.outcome}, observed {result.outcome}"))
+        if self.rank is not None and result.root_rank != self.rank:
+            found.append(
+                Mismatch("rank", f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}")
+            )
+        root = result.ranks[result.root_rank] if result.root_rank is not None else None
+        if self.error is not None:
+            error = (root.error or "") if root is not None else ""
+            if not (error.startswith(self.error) or f"{self.error}:" in error or self.error in result.root_cause):
+                found.append(Mismatch("error", f"expected error {self.error}, observed {error or result.root_cause!r}"))
+        if self.collective is not None:
+            ops = result.divergence.ops() if result.divergence is not None else set()
+            ops |= {c.op for c in (root.collectives if root is not None else []) if not c.done}
+            if self.collective not in ops:
+                found.append(
+                    Mismatch(
+                        "collective",
+                        f"expected the collective {self.collective} at fault, observed "
+                        f"{sorted(ops) or 'none'} ({result.root_cause})",
+                    )
+                )
+        if self.root_cause is not None and self.root_cause not in result.root_cause:
+            found.append(
+                Mismatch(
+                    "root_cause",
+                    f"expected the root cause to mention {self.root_cause!r}, observed {result.root_cause!r}",
+                )
+            )
+        if self.values_equal and result.outcome == Outcome.COMPLETED and len(set(map(repr, result.values))) != 1:
+            found.append(
+                Mismatch("values", f"expected every rank to return the same value, observed {result.values!r}")
+            )
+        if self.faults_fire:
+            fired = {f.index for f in result.fired}
+            found += [
+                Mismatch(
+                    "fault_never_fired", f"FaultNeverFired: {fault} never fired — the scenario does not exercise it"
+                )
+                for i, fault in enumerate(result.faults)
+                if i not in fired
+            ]
+        for check in self.checks:
+            problem = check(result)
+            if problem:
+                found.append(
+                    Mismatch("check", f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
+                )
+        return found
+
+    def verify(self, result: WorldResult) -> None:
+        """Raise :class:`~ddpfaults.errors.FaultNeverFired` if the only problem is a fault that never fired,
+        :class:`~ddpfaults.errors.ExpectationFailed` for any other mismatch; return if ``result`` matched."""
+        found = self.mismatches(result)
+        if found:
+            kind = FaultNeverFired if all(m.kind == "fault_never_fired" for m in found) else ExpectationFailed
+            raise kind(found)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One way a world differed from its expectation: what differed (``outcome``, ``rank``, ``error``,
+    ``collective``, ``root_cause``, ``values``, ``fault_never_fired``, ``check``) and how, in words."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named predicate for ``Expect(checks=...)``: ``fn(result)`` returns a problem (text) or None."""
+
+    description: str
+    fn: object
+
+    def __call__(self, result) -> str | None:
+        try:
+            return self.fn(result)
+        except Exception as exc:  # a malformed result is a mismatch, not a harness crash
+            return f"{type(exc).__name__}: {exc}"

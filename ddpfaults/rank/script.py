@@ -1,0 +1,139 @@
+"""A script world's rank: the user's ``train.py`` (or ``-m pkg.module``) run as a torchrun worker, unmodified.
+
+The rank gets the environment torchrun's agent gives a worker (:func:`worker_env`, with the launcher hosting
+the store as torchrun's agent does), ``sys.argv``, ``__main__``, the working directory and ``sys.path[0]`` as
+``python -u train.py ARGS`` would have them, and its own ``init_process_group`` call traced as the wait on its
+peers it is. Steps are counted by the seams (:mod:`ddpfaults.rank.seams`). ``SystemExit(0)`` (or ``None``) is
+success; another exit status fails the rank, quoting the last line the script wrote to stderr (argparse's
+complaint, typically); a script that ends without ever initialising a process group fails too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import runpy
+import sys
+from dataclasses import dataclass
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ddpfaults.errors import ScriptError
+from ddpfaults.rank import context, seams
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ScriptTarget:
+    """What a script world runs: a file (``path``) or a module (``module``), with its argv, working directory,
+    step clock, and the store torchrun's agent would host (``master_port``, ``run_id``)."""
+
+    path: str | None
+    module: str | None
+    argv: tuple[str, ...]
+    cwd: str
+    clock: str
+    master_port: int
+    run_id: str
+
+    @property
+    def name(self) -> str:
+        """``train.py`` or ``-m pkg.module``, as a report names it."""
+        return self.module and f"-m {self.module}" or os.path.relpath(self.path, self.cwd)
+
+
+def worker_env(target: ScriptTarget, rank: int, world_size: int, threads: int) -> dict[str, str]:
+    """The variables torchrun's agent sets for the worker of ``rank`` on a one-node world
+    (torch/distributed/elastic/agent/server/local_elastic_agent.py), so frameworks detect torchrun."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default",
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "WORLD_SIZE": str(world_size),
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": LOOPBACK,
+        "MASTER_PORT": str(target.master_port),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": target.run_id,
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads)),
+    }
+
+
+class _StderrTail:
+    """sys.stderr that remembers the last text written through Python (for an exit status's explanation)."""
+
+    def __init__(self, stream):
+        self._stream, self.tail = stream, ""
+
+    def write(self, text):
+        self.tail = (self.tail + text)[-2000:]
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_initialised = False  # the script's init_process_group returned in this process
+
+
+def _traced_init(original):
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        global _initialised
+        ctx = context.current()
+        if ctx is None:
+            return original(*args, **kwargs)
+        seq = ctx._enter("init_process_group", [], context.call_site())
+        original(*args, **kwargs)
+        ctx._exit(seq)
+        _initialised = True
+        seams.process_group_ready(ctx)
+
+    init_process_group.__ddpfaults_original__ = original
+    return init_process_group
+
+
+def _trace_init() -> None:
+    original = c10d.init_process_group
+    if hasattr(original, "__ddpfaults_original__"):
+        return
+    traced = _traced_init(original)
+    c10d.init_process_group = dist.init_process_group = traced
+
+
+def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
+    """The rank function of a script world: run ``target`` as torchrun's worker of ``ctx.rank`` would."""
+    os.environ.update(worker_env(target, ctx.rank, ctx.world_size, threads))
+    os.chdir(target.cwd)
+    _trace_init()
+    ctx.clock = target.clock
+    stderr = sys.stderr = _StderrTail(sys.stderr)
+    try:
+        if target.path is not None:
+            sys.argv = [target.path, *target.argv]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target.path)))
+            runpy.run_path(target.path, run_name="__main__")
+        else:
+            sys.argv = [target.module, *target.argv]  # runpy puts the module's file in argv[0]
+            sys.path.insert(0, target.cwd)
+            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            last = stderr.tail.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+            raise ScriptError(f"{target.name} exited with status {exc.code!r}: {last[0]}") from None
+    finally:
+        sys.stderr = stderr._stream
+    if not _initialised:
+        raise ScriptError(
+            f"{target.name} ended on rank {ctx.rank} without initialising a process group "
+            f"(torch.distributed.init_process_group was never called): it tested nothing distributed"
+        )

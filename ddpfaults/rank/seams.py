@@ -1,0 +1,94 @@
+"""torch's own seams, where faults act on code that never calls ``ctx.fault``, and where a script's steps are counted.
+
+Installed once per rank process (inert outside a job); each consults the current rank context:
+
+- **DataLoader**: the first batch a ``torch.utils.data.DataLoader`` iterator yields at a fault's step passes
+  its ``on_batch`` (``EmptyBatch``, ``SchemaDrift``); an iterator stops early at a fault's ``batch_limit``
+  (``UnevenInputs``).
+  The same patch covers every loader built on DataLoader (Lightning's, Accelerate's).
+- **DDP construction**: ``DistributedDataParallel(...)`` gets the faults' ``ddp_kwargs`` (``DeviceMismatch``).
+- **The step clock** of a script world (``ctx.clock``): ``"optimizer"`` starts step ``n + 1`` when the ``n``-th
+  optimizer step returns (torch's global optimizer step hooks: every optimizer counts) and step 0 when the
+  default process group is up; ``"dataloader"`` starts step ``n`` when the ``n``-th batch is yielded. Step
+  faults (``RankCrash``, ``Straggler``, ``RankKilled``, checkpoint faults) act when their step starts.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch.utils.data.dataloader as dataloader
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from ddpfaults.rank import context
+
+OPTIMIZER, DATALOADER = "optimizer", "dataloader"
+STEP_CLOCKS = (OPTIMIZER, DATALOADER)
+
+_installed = False
+
+
+def install() -> None:
+    """Patch the DataLoader iterator, DDP's constructor and the optimizer step hook (once per process)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    iterator = dataloader._BaseDataLoaderIter
+    iterator.__next__ = _next_batch(iterator.__next__)
+    DistributedDataParallel.__init__ = _construct_ddp(DistributedDataParallel.__init__)
+    register_optimizer_step_post_hook(_optimizer_stepped)
+
+
+def process_group_ready(ctx) -> None:
+    """The default process group is up: on the optimizer clock, step 0 starts."""
+    if ctx.clock == OPTIMIZER and ctx.current_step is None:
+        ctx.step(0)
+
+
+def _optimizer_stepped(optimizer, args, kwargs) -> None:
+    ctx = context.current()
+    if ctx is not None and ctx.clock == OPTIMIZER:
+        ctx.step(1 if ctx.current_step is None else ctx.current_step + 1)
+
+
+def _next_batch(original):
+    @functools.wraps(original)
+    def __next__(self):
+        ctx = context.current()
+        if ctx is None:
+            return original(self)
+        yielded = getattr(self, "_ddpfaults_yielded", 0)
+        for fault in ctx.seam_faults():
+            if fault.batch_limit is not None and yielded >= fault.batch_limit:
+                ctx.record_fired(fault, f"stopped a DataLoader iterator after {yielded} batch(es)")
+                raise StopIteration
+        batch = original(self)
+        self._ddpfaults_yielded = yielded + 1
+        if ctx.clock == DATALOADER:
+            ctx.step(ctx.batches)
+        ctx.batches += 1
+        for fault in ctx.seam_faults():
+            changed = fault.on_batch(batch)
+            if changed is not None and ctx.once(fault):  # the step's first batch only (a skipped step repeats it)
+                ctx.record_fired(fault, f"changed DataLoader batch {yielded} of this iterator")
+                batch = changed
+        return batch
+
+    return __next__
+
+
+def _construct_ddp(original):
+    @functools.wraps(original)
+    def __init__(self, module, *args, **kwargs):
+        ctx = context.current()
+        for fault in ctx.seam_faults() if ctx is not None else ():
+            changed = fault.ddp_kwargs(ctx.rank, args, kwargs)
+            if changed is not None:
+                given = ", ".join(f"{k}={v!r}" for k, v in changed.items() if kwargs.get(k) != v)
+                ctx.record_fired(fault, f"DistributedDataParallel constructed with {given}")
+                kwargs = changed
+        original(self, module, *args, **kwargs)
+
+    return __init__

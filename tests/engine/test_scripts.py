@@ -1,0 +1,205 @@
+"""Script worlds: an unmodified torchrun script on real gloo ranks, faults at torch's seams, judged like run_world."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ddpfaults import Outcome, RankState, run_script
+from ddpfaults.engine import census
+from ddpfaults.errors import ConfigError, ScriptError
+from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, UnevenInputs
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+PLAIN = os.path.join(SCRIPTS, "plain_train.py")
+BAD = os.path.join(SCRIPTS, "bad_scripts.py")
+
+
+def _no_survivors(result):
+    assert census.survivors([r.pid for r in result.ranks if r.pid]) == []
+
+
+def test_ranks_see_what_torchrun_gives_a_worker(tmp_path):
+    result = run_script(os.path.join(SCRIPTS, "probe.py"), [str(tmp_path)], world_size=3, cwd=tmp_path)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    ports = {s["env"]["MASTER_PORT"] for s in seen}
+    assert len(ports) == 1 and int(ports.pop()) > 0
+    for r, s in enumerate(seen):
+        env = s["env"]
+        assert (env["RANK"], env["LOCAL_RANK"], env["ROLE_RANK"], env["GROUP_RANK"]) == (str(r), str(r), str(r), "0")
+        assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["ROLE_WORLD_SIZE"]) == ("3", "3", "3")
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        assert env["TORCHELASTIC_RUN_ID"] and env["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert s["argv"] == [os.path.join(SCRIPTS, "probe.py"), str(tmp_path)]
+        assert s["name"] == "__main__" and s["cwd"] == str(tmp_path) and s["path0"] == SCRIPTS
+        assert s["world"] == [r, 3]
+    assert [r.state for r in result.ranks] == [RankState.FINISHED] * 3  # sys.exit(0) is success
+    _no_survivors(result)
+
+
+def test_plain_script_completes_and_counts_optimizer_steps(tmp_path):
+    checkpoint = tmp_path / "model.pt"
+    result = run_script(PLAIN, ["--checkpoint", str(checkpoint)], world_size=2)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert checkpoint.exists()
+    assert [r.last_step for r in result.ranks] == [4, 4]  # 4 optimizer steps: steps 0..3 began, then step 4
+    steps = [e for e in result.ranks[0].events if e["k"] == "step"]
+    assert [e["step"] for e in steps] == [0, 1, 2, 3, 4] and {e["clock"] for e in steps} == {"optimizer"}
+    assert result.step_clock == "optimizer" and "steps counted by: optimizer" in result.report()
+    assert any(c.note.startswith("DDP gradient bucket") for c in result.ranks[0].collectives)
+    _no_survivors(result)
+
+
+def test_naive_empty_batch_names_the_rank_that_left_early():
+    """Ground truth (plain torchrun, see test_plain_torchrun_ground_truth): the empty rank skips a step, so it
+    runs out of batches first, destroys its process group and exits 0; its peers, still in their last gradient
+    all_reduce, crash with "Connection closed by peer". The report must blame the rank that left, not its peers."""
+    result = run_script(PLAIN, world_size=4, faults=[EmptyBatch(rank=1, step=1)])
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.ranks[1].state == RankState.FINISHED
+    assert all(result.ranks[r].collateral and "Connection closed by peer" in result.ranks[r].error for r in (0, 2, 3))
+    assert result.root_rank == 1, result.report()
+    assert result.divergence is not None and result.divergence.odd_ranks == (1,)
+    assert [f.rank for f in result.fired] == [1] and "changed DataLoader batch 1" in result.fired[0].how
+    assert "--faults '[EmptyBatch(rank=1, step=1)]'" in result.replay and "run " + os.path.relpath(PLAIN)
+    _no_survivors(result)
+
+
+def test_fixed_empty_batch_completes():
+    result = run_script(PLAIN, ["--strategy", "fixed"], world_size=4, faults=[EmptyBatch(rank=1, step=1)])
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert [r.last_step for r in result.ranks] == [4] * 4
+    assert len(result.fired) == 1
+
+
+def test_step_faults_act_on_the_optimizer_clock_and_the_dataloader_clock():
+    crashed = run_script(PLAIN, world_size=2, faults=[RankCrash(rank=1, step=2)])
+    assert crashed.outcome == Outcome.CRASHED and crashed.root_rank == 1
+    assert crashed.ranks[1].error == "RuntimeError: injected crash" and crashed.ranks[1].last_step == 2
+    assert crashed.ranks[1].site.startswith("plain_train.py:"), crashed.ranks[1].site  # at the user's optimizer.step()
+    by_batch = run_script(PLAIN, world_size=2, faults=[RankCrash(rank=0, step=3)], step_clock="dataloader")
+    assert by_batch.root_rank == 0 and by_batch.ranks[0].last_step == 3
+    assert {e.get("clock") for e in by_batch.ranks[0].events if e["k"] == "step"} == {"dataloader"}
+    _no_survivors(by_batch)
+
+
+def test_rank_killed_is_reported_as_died():
+    result = run_script(PLAIN, world_size=3, faults=[RankKilled(rank=2, step=1)])
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 2, result.report()
+    assert result.ranks[2].state == RankState.DIED and "SIGKILL" in result.ranks[2].error
+    _no_survivors(result)
+
+
+def test_device_mismatch_and_uneven_inputs_act_at_the_seams():
+    device = run_script(PLAIN, world_size=2, faults=[DeviceMismatch()])
+    assert device.outcome == Outcome.CRASHED
+    assert all("device_ids and output_device arguments only work" in r.error for r in device.ranks if not r.collateral)
+    assert "device_ids=[" in device.fired[0].how
+    # 3 ranks: with 2, "rank 0 finished" and "rank 1 called one more all_reduce" are symmetric evidence
+    uneven = run_script(PLAIN, world_size=3, faults=[UnevenInputs(rank=0, batches=2)])
+    assert uneven.outcome != Outcome.COMPLETED and uneven.root_rank == 0, uneven.report()
+    assert "stopped a DataLoader iterator after 2 batch(es)" in uneven.fired[0].how
+    _no_survivors(uneven)
+
+
+@pytest.mark.parametrize(
+    "what, outcome, expected",
+    [
+        ("raise_at_import", Outcome.CRASHED, "ModuleNotFoundError: No module named 'no_such_module_anywhere'"),
+        ("no_process_group", Outcome.CRASHED, "without initialising a process group"),
+        ("init_twice", Outcome.CRASHED, "trying to initialize the default process group twice"),
+        ("exit_status", Outcome.CRASHED, "exited with status 3: giving up: bad configuration"),
+    ],
+)
+def test_misbehaving_scripts_get_a_verdict_naming_the_cause(what, outcome, expected):
+    result = run_script(BAD, [what], world_size=2, timeout=60)
+    assert result.outcome == outcome, result.report()
+    assert expected in result.root_cause, result.report()
+    if what == "raise_at_import":
+        assert result.ranks[0].site.startswith("bad_scripts.py:")
+    _no_survivors(result)
+
+
+def test_wrong_argv_is_a_verdict_quoting_argparse():
+    result = run_script(PLAIN, ["--no-such-option"], world_size=2)
+    assert result.outcome == Outcome.CRASHED
+    assert (
+        "exited with status 2" in result.root_cause and "unrecognized arguments: --no-such-option" in result.root_cause
+    )
+
+
+def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
+    with pytest.raises(ScriptError, match="not found"):
+        run_script(tmp_path / "missing.py", world_size=2)
+    with pytest.raises(ScriptError, match="module 'no_such_pkg.train' not found"):
+        run_script(module="no_such_pkg.train", world_size=2)
+    with pytest.raises(ConfigError, match="argv must be a list of strings"):
+        run_script(PLAIN, "--epochs 2", world_size=2)
+    with pytest.raises(ConfigError, match="step_clock must be one of optimizer, dataloader"):
+        run_script(PLAIN, world_size=2, step_clock="epoch")
+    with pytest.raises(ScriptError, match="exactly one"):
+        run_script(PLAIN, module="x", world_size=2)
+
+
+def test_a_module_runs_as_python_dash_m(tmp_path):
+    package = tmp_path / "mytrain"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(open(PLAIN).read())
+    result = run_script(module="mytrain.train", argv=["--batches", "2"], world_size=2, cwd=tmp_path)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.function == "-m mytrain.train" and [r.last_step for r in result.ranks] == [2, 2]
+
+
+def test_cli_runs_a_script_with_argv_after_the_dashes(tmp_path):
+    out = tmp_path / "world.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpfaults",
+            "run",
+            PLAIN,
+            "--world-size",
+            "3",
+            "--faults",
+            "[EmptyBatch(rank=1, step=1)]",
+        ]
+        + ["--json", str(out), "--expect", "crashed", "--", "--batches", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "root cause: rank 1" in done.stdout and "expected crashed, observed crashed: OK" in done.stdout
+    assert json.loads(out.read_text())["kwargs"] == "--batches 3"
+
+
+def test_cli_refuses_code_in_faults():
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpfaults", "run", PLAIN, "--faults", "[__import__('os').system('echo pwned')]"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "pwned" not in done.stdout
+    assert "is not a fault constructor call" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX only")
+def test_concurrent_script_worlds_never_share_a_port(tmp_path):
+    import concurrent.futures
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    probe = os.path.join(SCRIPTS, "probe.py")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda d: run_script(probe, [str(d)], world_size=2, timeout=120, stall=10), dirs))
+    assert [r.outcome for r in results] == [Outcome.COMPLETED] * 2
+    ports = [json.loads((d / "rank0.json").read_text())["env"]["MASTER_PORT"] for d in dirs]
+    assert ports[0] != ports[1]
