@@ -24,6 +24,19 @@ READERS_TORN = ddpfaults.Check(
     ),
 )
 
+
+def _digests(result):
+    return [
+        next((line for line in r.output.splitlines() if line.startswith("replica digest:")), None) for r in result.ranks
+    ]
+
+
+#: a script returns no value: each prints its replica's digest, and every rank's must be there and equal
+REPLICAS_EQUAL = ddpfaults.Check(
+    "every rank printed the same replica digest",
+    lambda r: None if None not in _digests(r) and len(set(_digests(r))) == 1 else f"digests: {_digests(r)}",
+)
+
 empty_batch = ddpfaults.script_scenario(
     "scripts/train_empty_batch.py",
     name="empty_batch_script",
@@ -41,7 +54,7 @@ empty_batch = ddpfaults.script_scenario(
         ddpfaults.variant(
             "early_return_find_unused",
             argv=["--strategy", "early_return", "--local-criterion", "--find-unused"],
-            expect="completed",
+            expect=expect("completed", REPLICAS_EQUAL),
         ),
         ddpfaults.variant(
             "criterion_skip",
@@ -54,7 +67,7 @@ empty_batch = ddpfaults.script_scenario(
             stall=HANG_STALL,
             expect="crashed on rank 1 in all_reduce",
         ),
-        ddpfaults.variant("fixed", argv=["--strategy", "fixed"], expect="completed"),
+        ddpfaults.variant("fixed", argv=["--strategy", "fixed"], expect=expect("completed", REPLICAS_EQUAL)),
     ],
 )
 
@@ -74,7 +87,7 @@ checkpoint = ddpfaults.script_scenario(
             "torn_fixed",
             faults=[TornCheckpointWrite(writer=0, step=2)],
             argv=["--save", "atomic", "--sync", "barrier"],
-            expect="completed",
+            expect=expect("completed", REPLICAS_EQUAL),
         ),
         ddpfaults.variant(
             "rank0_barrier", argv=["--sync", "rank0"], stall=HANG_STALL, expect="hung on rank 0 in barrier"

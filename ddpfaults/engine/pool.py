@@ -26,10 +26,9 @@ from ddpfaults.rank.main import Job, RankConfig
 from ddpfaults.rank.main import main as rank_main
 
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
-#: imported once in the fork server, so ranks start with them loaded. Not torch._dynamo (DDP.__init__ imports it,
-#: ~1 s of CPU per rank): preloaded there, a rank that frees its DDP model after destroy_process_group deadlocks
-#: at random in ~ProcessGroupGloo (joining a gloo thread that waits for the GIL), measured in 6 of 10 script worlds.
-_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "ddpfaults.rank.main"]
+#: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
+#: dump import torch._dynamo: ~1 s of CPU per rank otherwise). Script worlds do not start here (see engine/scripts.py).
+_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "ddpfaults.rank.main"]
 
 
 class RankSet:

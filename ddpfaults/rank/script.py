@@ -28,7 +28,8 @@ LOOPBACK = "127.0.0.1"
 @dataclass(frozen=True)
 class ScriptTarget:
     """What a script world runs: a file (``path``) or a module (``module``), with its argv, working directory,
-    step clock, and the store torchrun's agent would host (``master_port``, ``run_id``)."""
+    step clock, and the store torchrun's agent would host (``master_port``, ``run_id``; port 0: the rank runs
+    under a real torchrun, whose environment it keeps)."""
 
     path: str | None
     module: str | None
@@ -112,7 +113,8 @@ def _trace_init() -> None:
 
 def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
     """The rank function of a script world: run ``target`` as torchrun's worker of ``ctx.rank`` would."""
-    os.environ.update(worker_env(target, ctx.rank, ctx.world_size, threads))
+    if target.master_port:
+        os.environ.update(worker_env(target, ctx.rank, ctx.world_size, threads))
     os.chdir(target.cwd)
     _trace_init()
     ctx.clock = target.clock

@@ -177,6 +177,7 @@ class CasePlan:
     kwargs: dict
     function: str
     replay: str
+    argv: tuple = ()  # a script case's arguments
 
 
 def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
@@ -205,7 +206,8 @@ def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
         spec=spec,
         faults=faults,
         kwargs=declared.kwargs,
-        function=describe_function(case.scenario.fn),
+        argv=declared.argv,
+        function=describe_function(case.scenario.fn) if case.scenario.fn else os.path.relpath(case.scenario.script),
         replay=f"{launcher} -m ddpfaults.launch {shlex.quote(args.spec)} --backend {spec.backend} "
         f"--seed {spec.seed} --stall {spec.stall:g} --timeout {spec.timeout:g}",
     )
@@ -323,10 +325,25 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
         events.set(store, f"fr/{env.rank}", flight.dump() or b"")
         events.set(store, f"res/{env.rank}", pickle.dumps(result))
 
+    load, init = (lambda: (case.scenario.fn, (), plan.kwargs)), init_process_group
+    if case.scenario.script is not None:  # the script initialises its own group, from torchrun's environment
+        from ddpfaults.rank import script, seams
+
+        seams.install()
+        target = script.ScriptTarget(
+            case.scenario.script,
+            None,
+            plan.argv,
+            os.getcwd(),
+            case.scenario.step_clock,
+            master_port=0,
+            run_id=env.run_id,
+        )
+        load, init = (lambda: (script.run, (target,), {})), None
     result = run_job(
         ctx,
-        load=lambda: (case.scenario.fn, (), plan.kwargs),
-        init_process_group=init_process_group,
+        load=load,
+        init_process_group=init,
         publish=publish,
         still_reporting=lambda: not _verdict_published(store),
     )

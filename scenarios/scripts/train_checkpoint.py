@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpfaults import remedies
-from ddpfaults.toy.models import MLP
+from ddpfaults.toy.models import MLP, state_digest
 
 
 def main():
@@ -52,6 +52,7 @@ def main():
         while not os.path.exists(path):
             time.sleep(0.005)
         ema.load_state_dict(torch.load(path))
+    print(f"replica digest: {state_digest(ema)}", flush=True)
     dist.barrier()
     if rank == 0:
         os.remove(path)

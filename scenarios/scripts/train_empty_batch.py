@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ddpfaults import remedies
 from ddpfaults.toy.data import make_batch, make_scene, stack_point2segment
-from ddpfaults.toy.models import SetCriterion, SetPredictionModel
+from ddpfaults.toy.models import SetCriterion, SetPredictionModel, state_digest
 
 
 class LocalCriterion(SetCriterion):
@@ -68,6 +68,7 @@ def main():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    print(f"replica digest: {state_digest(model)}", flush=True)
     dist.destroy_process_group()
 
 

@@ -203,3 +203,16 @@ def test_concurrent_script_worlds_never_share_a_port(tmp_path):
     assert [r.outcome for r in results] == [Outcome.COMPLETED] * 2
     ports = [json.loads((d / "rank0.json").read_text())["env"]["MASTER_PORT"] for d in dirs]
     assert ports[0] != ports[1]
+
+
+def test_schema_drift_drops_the_key_from_the_targets_the_dataloader_yields():
+    """The toy set criterion's matcher reads every target's ``segment_mask``: dropped on rank 1 at step 1, that
+    rank alone raises the field's ``KeyError: 'segment_mask'``."""
+    from ddpfaults.faults import SchemaDrift
+    from ddpfaults.scenario import builtin_dir
+
+    script = os.path.join(builtin_dir(), "scripts", "train_empty_batch.py")
+    result = run_script(script, world_size=3, faults=[SchemaDrift(key="segment_mask", rank=1, step=1)])
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 1, result.report()
+    assert result.ranks[1].error == "KeyError: 'segment_mask'" and result.ranks[1].last_step == 1
+    assert [f.rank for f in result.fired] == [1]

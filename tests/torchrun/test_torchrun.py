@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ddpfaults.judge.results import Divergence
+from ddpfaults.scenario import builtin_dir
 from ddpfaults.spec import RunSpec
 from ddpfaults.torchrun.worker import load_case
 
@@ -223,3 +224,15 @@ def test_nccl_verdicts(tmp_path, scenario, variant):
     assert world["outcome"] in expected, world["root_cause"]
     if variant == "crashes":
         assert world["root_rank"] == 1 and world["ranks"][1]["error"] == "KeyError: 'segment_mask'"
+
+
+def test_a_script_scenario_runs_under_torchrun_as_locally(tmp_path):
+    """A script case: torchrun's own worker environment reaches the unmodified script (the worker keeps it), the
+    seams and the optimizer step clock work there, and the verdict equals the local script world's."""
+    spec = os.path.join(builtin_dir(), "scenario_scripts.py") + "::empty_batch_script[early_return]"
+    code, world, _ = torchrun(tmp_path, 2, spec)
+    assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
+    local = _local(spec, 2)
+    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank) == ("crashed", 1)
+    assert "Expected to have finished reduction" in world["root_cause"]
+    assert [f["rank"] for f in world["fired"]] == [1] and "DataLoader batch" in world["fired"][0]["how"]
