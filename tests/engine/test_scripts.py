@@ -61,7 +61,8 @@ def test_naive_empty_batch_names_the_rank_that_left_early():
     result = run_script(PLAIN, world_size=4, faults=[EmptyBatch(rank=1, step=1)])
     assert result.outcome == Outcome.CRASHED, result.report()
     assert result.ranks[1].state == RankState.FINISHED
-    assert all(result.ranks[r].collateral and "Connection closed by peer" in result.ranks[r].error for r in (0, 2, 3))
+    # gloo tells a peer "Connection closed by peer" or, racing the exit, "Connection reset by peer"
+    assert all(result.ranks[r].collateral and "by peer" in result.ranks[r].error for r in (0, 2, 3)), result.report()
     assert result.root_rank == 1, result.report()
     assert result.divergence is not None and result.divergence.odd_ranks == (1,)
     assert [f.rank for f in result.fired] == [1] and "changed DataLoader batch 1" in result.fired[0].how
