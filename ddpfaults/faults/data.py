@@ -118,7 +118,12 @@ class UnevenInputs(Fault):
         _require_rank(self)
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
             raise FaultError(f"UnevenInputs: batches must be a non-negative int, got {batches!r}")
-        self.batches = self.batch_limit = batches
+        self.batches = batches
+
+    @property
+    def batch_limit(self) -> int:
+        """How many batches each DataLoader iterator on the fault's rank yields before it stops."""
+        return self.batches
 
     def limit(self, loader):
         """An iterator over at most ``batches`` items of ``loader``."""
