@@ -17,7 +17,8 @@ SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAUNCHER = textwrap.dedent(
     """
-    import sys
+    import faulthandler, signal, sys
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # the test asks for our stacks if we do not exit
     sys.path.insert(0, {support!r})
     import rankfns
     from ddpfaults import run_world
@@ -41,7 +42,9 @@ def _wait_for(predicate, timeout: float, what: str):
 def test_nothing_survives_the_launcher(tmp_path, signum):
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path)))
-    launcher = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = tmp_path / "launcher.out"
+    with open(output, "wb") as out:
+        launcher = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT)
     try:
 
         def infos():
@@ -54,7 +57,14 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
         assert len(pids) == 9 and alive(pids) == pids
         time.sleep(0.3)  # the world is now hung (stall is 60 s): interrupt it
         launcher.send_signal(signum)
-        launcher.wait(timeout=30)
+        try:
+            launcher.wait(timeout=30)
+        except subprocess.TimeoutExpired as late:
+            launcher.send_signal(signal.SIGUSR2)
+            time.sleep(1)
+            raise AssertionError(
+                f"the launcher did not exit 30 s after {signum.name}; its output:\n{output.read_text()}"
+            ) from late
         _wait_for(lambda: not alive(pids + sorted(fork_server)), 10, "every rank, worker and the fork server to die")
         _wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 5, "the world's temp dir to be removed")
     finally:
