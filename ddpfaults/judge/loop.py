@@ -218,9 +218,14 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
     if dump is None or start is None:
         return []
-    offset = start.get("wall", start["t"]) - start["t"]  # the rank's event clock to wall-clock seconds
-    steps = [(e["t"] + offset, e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
-    return flight.collectives(dump, since_wall=start["t"] + offset, steps=steps)
+    steps = [(_wall(e), e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
+    return flight.collectives(dump, since_wall=_wall(start), steps=steps)
+
+
+def _wall(event: dict) -> float:
+    """When an event was emitted, on the wall clock torch's flight recorder stamps collectives with (the torchrun
+    path's events carry only ``t``, which is wall-clock there)."""
+    return event.get("wall", event["t"])
 
 
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> WorldResult:

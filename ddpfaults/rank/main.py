@@ -185,7 +185,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
-    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident, wall=time.time())
+    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
     recorder = flight.DumpOnRequest(flight_path)
     recorder.start()
