@@ -52,13 +52,12 @@ def _world_args(parser: argparse.ArgumentParser) -> None:
         ("start_method", None),
     ):
         param = PARAM[name]
-        chosen_later = name == "start_method"  # a script world spawns its ranks unless told otherwise
         parser.add_argument(
             "--" + name.replace("_", "-"),
             type=kind,
-            default=None if chosen_later else param.default,
+            default=param.default,
             choices=param.choices or None,
-            help=f"{param.kind} (default {'spawn for scripts, else ' if chosen_later else ''}{param.default})",
+            help=f"{param.kind} (default {param.default})",
         )
     parser.add_argument("--json", metavar="PATH", help="also write the world result as JSON to PATH")
 

@@ -27,7 +27,7 @@ from ddpfaults.rank.main import main as rank_main
 
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
-#: dump import torch._dynamo: ~1 s of CPU per rank otherwise). Script worlds do not start here (see engine/scripts.py).
+#: dump import torch._dynamo: ~1 s of CPU per rank otherwise).
 _FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "ddpfaults.rank.main"]
 
 

@@ -26,13 +26,6 @@ from ddpfaults.spec import RunSpec
 
 _RUNS = itertools.count()
 
-#: Script ranks start as fresh interpreters. From the fork server (torch._dynamo preloaded there), a script that
-#: frees its DDP model after destroy_process_group deadlocked at random in ~ProcessGroupGloo: the main thread joins
-#: a gloo worker thread, holding the GIL that thread waits for (to drop a Python object from its thread-local
-#: state). Measured on plain_train.py, 4 ranks: 6 of 10 worlds from the fork server, 0 of 10 spawned, 0 of 10 from
-#: a fork server without torch._dynamo; 0 of 8 under torchrun.
-SCRIPT_START_METHOD = "spawn"
-
 
 def run_script(
     path: str | os.PathLike | None = None,
@@ -60,8 +53,7 @@ def run_script(
     ``step_clock`` counts the steps step-keyed faults use: ``"optimizer"`` (step n+1 starts when the n-th
     optimizer step returns; step 0 when the process group is up) or ``"dataloader"`` (step n is the n-th batch
     a DataLoader yields on the rank). ``cwd`` is the ranks' working directory (default: this process's).
-    Other settings as for ``run_world``, except that ranks are spawned (see :data:`SCRIPT_START_METHOD`) and
-    script worlds are never reused.
+    Other settings as for ``run_world``, except that script worlds are never reused.
     """
     target = _target(path, argv, module, step_clock, cwd)
     spec = local_spec(
@@ -71,7 +63,7 @@ def run_script(
         stall=stall,
         seed=seed,
         peer_failure=peer_failure,
-        start_method=start_method or SCRIPT_START_METHOD,
+        start_method=start_method,
         threads=threads,
         reuse=False,
     )

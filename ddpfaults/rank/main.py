@@ -269,6 +269,7 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
     _watch_launcher(config.world_dir)
     context.install_tracing()
     seams.install()
+    seams.keep_destroyed_groups()
     baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}
     while True:
         if job is None:

@@ -54,6 +54,14 @@ def test_plain_script_completes_and_counts_optimizer_steps(tmp_path):
     _no_survivors(result)
 
 
+def test_scripts_that_free_ddp_after_destroying_their_group_never_deadlock():
+    """plain_train.py destroys its group, then main() returns and frees its DDP model. ~ProcessGroupGloo used to
+    deadlock there (the main thread joins a gloo thread holding the GIL that thread waits for): 8 of 10 fork-server
+    worlds hung before destroyed groups were kept referenced (seams.keep_destroyed_groups)."""
+    outcomes = [run_script(PLAIN, world_size=4, stall=5, timeout=60).outcome for _ in range(6)]
+    assert outcomes == [Outcome.COMPLETED] * 6
+
+
 def test_naive_empty_batch_names_the_rank_that_left_early():
     """Ground truth (plain torchrun, see test_plain_torchrun_ground_truth): the empty rank skips a step, so it
     runs out of batches first, destroys its process group and exits 0; its peers, still in their last gradient
