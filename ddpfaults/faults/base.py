@@ -86,6 +86,10 @@ class Fault:
         """The keyword arguments ``DistributedDataParallel(module, *args, **kwargs)`` gets instead; None: no effect."""
         return None
 
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """True if this fault may act on ``rank``'s DDP gradient buckets (DDP then gets ddpfaults' comm hook)."""
+        return False
+
     # -- values --------------------------------------------------------------------------
     def _fields(self) -> dict:
         fields = {self.rank_arg: _fmt(self.ranks)}

@@ -93,22 +93,61 @@ class Straggler(Fault):
         return {**super()._fields(), "seconds": repr(self.seconds)}
 
 
+#: the torch.distributed functions a rank traces (and SkippedCollective can skip), by name
+COLLECTIVE_OPS = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "send",
+    "recv",
+)
+#: SkippedCollective's ``op`` for the all_reduce of a DDP gradient bucket (made by DDP's reducer, not a call)
+DDP_BUCKET = "ddp_bucket"
+
+
 class SkippedCollective(Fault):
-    """``rank`` silently skips the first collective (optionally only of kind ``op``) at ``step``."""
+    """``rank`` silently skips the first collective at ``step``, or the first of kind ``op``.
+
+    ``op`` is a torch.distributed function name (``"all_reduce"``, ``"barrier"``, ...) or ``"ddp_bucket"``: the
+    all_reduce of a DDP gradient bucket in ``backward`` (plain DDP or ``ctx.ddp``; the rank keeps its own
+    gradients for that bucket). Without ``op``, the first torch.distributed call is skipped, never a bucket.
+    """
 
     def __init__(self, *, rank, step, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
-        if op is not None and not isinstance(op, str):
-            raise FaultError(f"SkippedCollective: op must be a collective name like 'all_reduce', got {op!r}")
+        if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
+            raise FaultError(
+                f"SkippedCollective: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
+                f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
+            )
         self.op = op
 
     def skips_collective(self, ctx, op: str) -> bool:
         """Skip once per (rank, step): the first matching collective."""
-        if self.op is not None and op != self.op:
+        if op != self.op and (self.op is not None or op == DDP_BUCKET):
             return False
         return ctx.once(self)
+
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """A ``"ddp_bucket"`` skip needs DDP's comm hook on its ranks."""
+        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
 
     def _fields(self) -> dict:
         fields = super()._fields()

@@ -18,31 +18,11 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import Fault
+from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
 from ddpfaults.rank import checkpoint
 
 #: collectives traced in every rank (wrapped on both torch.distributed and distributed_c10d)
-TRACED_COLLECTIVES = (
-    "all_reduce",
-    "all_reduce_coalesced",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_object",
-    "gather",
-    "gather_object",
-    "scatter",
-    "scatter_object_list",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "all_to_all",
-    "all_to_all_single",
-    "broadcast_object_list",
-    "barrier",
-    "monitored_barrier",
-    "send",
-    "recv",
-)
+TRACED_COLLECTIVES = COLLECTIVE_OPS
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
 TRACED_STORE_WAITS = ("wait", "get")
@@ -210,12 +190,20 @@ class RankContext:
         With ``DDPFAULTS_TRACE_DDP=0`` in the environment it is plain DDP: torch's flight recorder still sees
         every bucket, and a world is judged the same (the built-in scenarios are checked both ways).
         """
-        ddp_model = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
-        if os.environ.get("DDPFAULTS_TRACE_DDP", "1").strip().lower() not in ("0", "false", "no", "off"):
+        traced = os.environ.get("DDPFAULTS_TRACE_DDP", "1").strip().lower() not in ("0", "false", "no", "off")
+        _local.traced_ddp = traced
+        try:
+            ddp_model = torch.nn.parallel.DistributedDataParallel(model, **kwargs)
+        finally:
+            _local.traced_ddp = False
+        if traced:
             ddp_model.register_comm_hook(None, self._comm_hook)
         return ddp_model
 
     def _comm_hook(self, process_group, bucket):
+        skipped = skipped_bucket(self, bucket)
+        if skipped is not None:
+            return skipped
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
@@ -228,6 +216,22 @@ class RankContext:
             return fut.value()[0]
 
         return future.then(done)
+
+
+def building_traced_ddp() -> bool:
+    """True while ``ctx.ddp`` constructs its DDP model (it installs its own comm hook next)."""
+    return getattr(_local, "traced_ddp", False)
+
+
+def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
+    """When a fault skips this DDP gradient bucket's all_reduce: a done future holding the rank's own gradients."""
+    for fault in ctx._active():
+        if fault.skips_collective(ctx, DDP_BUCKET):
+            ctx.record_fired(fault, f"skipped the all_reduce of DDP gradient bucket {bucket.index()}")
+            future = torch.futures.Future()
+            future.set_result(bucket.buffer())
+            return future
+    return None
 
 
 def current() -> RankContext | None:

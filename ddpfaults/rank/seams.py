@@ -6,7 +6,9 @@ Installed once per rank process (inert outside a job); each consults the current
   its ``on_batch`` (``EmptyBatch``, ``SchemaDrift``); an iterator stops early at a fault's ``batch_limit``
   (``UnevenInputs``).
   The same patch covers every loader built on DataLoader (Lightning's, Accelerate's).
-- **DDP construction**: ``DistributedDataParallel(...)`` gets the faults' ``ddp_kwargs`` (``DeviceMismatch``).
+- **DDP construction**: ``DistributedDataParallel(...)`` gets the faults' ``ddp_kwargs`` (``DeviceMismatch``), and a
+  comm hook where a fault acts on its gradient buckets (``SkippedCollective(op="ddp_bucket")``; a model that
+  registers its own hook then fails to, as DDP allows one).
 - **Process-group teardown** (local ranks, which end with ``os._exit``): a destroyed group is never freed
   (:func:`keep_destroyed_groups`).
 - **The step clock** of a script world (``ctx.clock``): ``"optimizer"`` starts step ``n + 1`` when the ``n``-th
@@ -22,6 +24,7 @@ import functools
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 import torch.utils.data.dataloader as dataloader
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -121,5 +124,16 @@ def _construct_ddp(original):
                 ctx.record_fired(fault, f"DistributedDataParallel constructed with {given}")
                 kwargs = changed
         original(self, module, *args, **kwargs)
+        if ctx is not None and not context.building_traced_ddp():
+            if any(f.acts_on_ddp_buckets(ctx.rank) for f in ctx.faults if not isinstance(f, tuple(ctx._claimed))):
+                self.register_comm_hook((ctx, self.process_group), _bucket_hook)
 
     return __init__
+
+
+def _bucket_hook(state, bucket):
+    """Plain DDP's all_reduce of a gradient bucket, unless a fault skips it (``state``: the rank's context and
+    DDP's process group)."""
+    ctx, process_group = state
+    skipped = context.skipped_bucket(ctx, bucket)
+    return skipped if skipped is not None else default_hooks.allreduce_hook(process_group, bucket)

@@ -10,7 +10,7 @@ import pytest
 
 import rankfns
 from ddpfaults import Outcome, run_world
-from ddpfaults.faults import RankCrash, Straggler
+from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 from ddpfaults.judge.results import report_parts
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
@@ -30,6 +30,19 @@ def test_every_builtin_scenario_judges_plain_ddp_as_ctx_ddp(monkeypatch):
     monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
     plain = {case.id: _signature(case.run(RunSpec(seed=0))) for case in cases}
     assert plain == traced
+
+
+@pytest.mark.parametrize("wrap", ["plain", "ctx"])
+def test_skipped_ddp_bucket_names_the_rank_that_skipped_it(wrap):
+    """SkippedCollective(op="ddp_bucket") skips one gradient bucket's all_reduce, under plain DDP (ddpfaults' comm
+    hook installed at DDP construction) and ctx.ddp alike: the rank that skipped is the root cause."""
+    fault = SkippedCollective(rank=1, step=1, op="ddp_bucket")
+    result = run_world(rankfns.ddp_steps, world_size=3, kwargs={"wrap": wrap}, faults=[fault], timeout=60)
+    assert result.outcome != Outcome.COMPLETED and result.root_rank == 1, result.report()
+    assert result.divergence is not None and result.divergence.odd_ranks == (1,), result.report()
+    assert "DDP gradient bucket" in result.divergence.describe()
+    (fired,) = result.fired
+    assert (fired.rank, fired.step, fired.how) == (1, 1, "skipped the all_reduce of DDP gradient bucket 0")
 
 
 def test_plain_ddp_criterion_skip_names_the_rank_that_diverged_not_the_one_gloo_aborted(monkeypatch):

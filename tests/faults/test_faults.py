@@ -117,6 +117,7 @@ def test_missing_required_arguments_raise_type_error(make):
         lambda: Straggler(rank=0, step=0, seconds=None),
         lambda: Straggler(rank=None, step=0, seconds=1),
         lambda: SkippedCollective(rank=0, step=0, op=3),
+        lambda: SkippedCollective(rank=0, step=0, op="allreduce"),
         lambda: SkippedCollective(rank=0, step=None),
         lambda: RankOnlyBarrier(rank=None, step=1),
         lambda: RankOnlyBarrier(rank=0, step=-3),
@@ -130,6 +131,10 @@ def test_invalid_values_raise_fault_error(make):
 
 
 def test_fault_error_message_names_the_fault_and_the_argument():
+    with pytest.raises(
+        FaultError, match=r"SkippedCollective: op must be None, 'ddp_bucket' or .*all_reduce.*'allreduce'"
+    ):
+        SkippedCollective(rank=0, step=0, op="allreduce")
     with pytest.raises(FaultError, match=r"RankCrash: rank .*-1"):
         RankCrash(rank=-1, step=0)
     with pytest.raises(FaultError, match=r"Straggler: seconds .*0"):

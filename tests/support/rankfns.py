@@ -96,6 +96,22 @@ def skip_backward(ctx, wrap="plain"):
     return "ok"
 
 
+def ddp_steps(ctx, wrap="plain", steps=4):
+    """A DDP training loop of ``steps`` steps, with a plain DDP model or ctx.ddp."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 1)
+    model = ctx.ddp(module) if wrap == "ctx" else DistributedDataParallel(module)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        ctx.step(step)
+        optimizer.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    return "ok"
+
+
 def store_wait(ctx):
     """Rank 0 waits on a store key nobody sets."""
     ctx.step(0)
