@@ -11,7 +11,7 @@ import pytest
 from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
 from ddpfaults.errors import ConfigError, ScriptError
-from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, UnevenInputs
+from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, SkippedCollective, UnevenInputs
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 PLAIN = os.path.join(SCRIPTS, "plain_train.py")
@@ -60,6 +60,13 @@ def test_scripts_that_free_ddp_after_destroying_their_group_never_deadlock():
     worlds hung before destroyed groups were kept referenced (seams.keep_destroyed_groups)."""
     outcomes = [run_script(PLAIN, world_size=4, stall=5, timeout=60).outcome for _ in range(6)]
     assert outcomes == [Outcome.COMPLETED] * 6
+
+
+def test_a_skipped_ddp_bucket_in_a_plain_script_names_the_rank_that_skipped():
+    result = run_script(PLAIN, world_size=3, faults=[SkippedCollective(rank=1, step=1, op="ddp_bucket")])
+    assert result.outcome != Outcome.COMPLETED and result.root_rank == 1, result.report()
+    assert "DDP gradient bucket" in result.divergence.describe()
+    _no_survivors(result)
 
 
 def test_naive_empty_batch_names_the_rank_that_left_early():
