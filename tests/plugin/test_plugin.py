@@ -7,12 +7,17 @@ pids come from the run's JSON report, or from files the ranks write themselves).
 
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from ddpfaults.report.document import read_document
 from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
+from processes import alive, descendants
 
 STEPS = '''
 import os
@@ -478,3 +483,42 @@ def test_thread_kill(started_fork_server):
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*Timeout*"])
     assert len(assert_no_orphans(pid_dir=user.path / "pids")) == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_pytest_session_stopped_mid_world_leaves_no_process_behind(user, signum):
+    """CI (SIGTERM) or the OOM killer (SIGKILL) stops ``pytest -p ddpfaults`` while a world runs: every process
+    below pytest (fork server, resource tracker, ranks) must go with it, not only the ranks."""
+    user.makepyfile(
+        test_stopped="""
+import os
+import ddpfaults
+import rankfns_user
+
+def test_spins():
+    os.makedirs("pids", exist_ok=True)
+    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=120, args=("pids",))
+"""
+    )
+    with open(user.path / "pytest.out", "wb") as out:
+        session = user.popen(
+            [sys.executable, "-m", "pytest", "-p", "ddpfaults", "test_stopped.py"], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while len(list((user.path / "pids").glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            assert session.poll() is None, (user.path / "pytest.out").read_text()
+            time.sleep(0.05)
+        below = descendants(session.pid)
+        ranks = [int(p.read_text()) for p in (user.path / "pids").glob("*.pid")]
+        assert len(ranks) == 2 and set(ranks) < set(below), below  # the ranks and more: fork server, resource tracker
+        session.send_signal(signum)
+        session.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while alive(below) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive(below) == [], f"still running after pytest got {signum.name}: {alive(below)}"
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
