@@ -218,14 +218,8 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
     if dump is None or start is None:
         return []
-    steps = [(_wall(e), e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
-    return flight.collectives(dump, since_wall=_wall(start), steps=steps)
-
-
-def _wall(event: dict) -> float:
-    """When an event was emitted, on the wall clock torch's flight recorder stamps collectives with (the torchrun
-    path's events carry only ``t``, which is wall-clock there)."""
-    return event.get("wall", event["t"])
+    steps = [(e["wall"], e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
+    return flight.collectives(dump, since_wall=start["wall"], steps=steps)  # the recorder's clock is the wall clock
 
 
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> WorldResult:

@@ -21,9 +21,6 @@ from ddpfaults.faults import Fault
 from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
 from ddpfaults.rank import checkpoint
 
-#: collectives traced in every rank (wrapped on both torch.distributed and distributed_c10d)
-TRACED_COLLECTIVES = COLLECTIVE_OPS
-
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
 TRACED_STORE_WAITS = ("wait", "get")
 
@@ -159,9 +156,13 @@ class RankContext:
                 return fault
         return None
 
+    def unclaimed_faults(self) -> list:
+        """The faults of this world that the function has not claimed with ``ctx.fault`` (the seams' to apply)."""
+        return [f for f in self.faults if not isinstance(f, tuple(self._claimed))]
+
     def seam_faults(self) -> list:
-        """The faults applying to this rank at the current step that the function has not claimed."""
-        return [f for f in self._active() if not isinstance(f, tuple(self._claimed))]
+        """The unclaimed faults applying to this rank at the current step."""
+        return [f for f in self.unclaimed_faults() if f.applies(self.rank, self.current_step)]
 
     def once(self, fault) -> bool:
         """True the first time it is asked for ``fault`` at the current step on this rank, then False."""
@@ -286,7 +287,7 @@ def _trace_store(name: str, original):
 
 def install_tracing() -> None:
     """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
-    for name in TRACED_COLLECTIVES:
+    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
         original = getattr(c10d, name, None)
         if original is None or hasattr(original, "__ddpfaults_original__"):
             continue
@@ -302,7 +303,7 @@ def install_tracing() -> None:
 
 def tracing_intact() -> bool:
     """True while every traced collective is still ddpfaults' wrapper (user code may have replaced one)."""
-    for name in TRACED_COLLECTIVES:
+    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
         for module in (c10d, dist):
             value = getattr(module, name, None)
             if value is not None and not hasattr(value, "__ddpfaults_original__"):

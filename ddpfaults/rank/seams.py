@@ -125,7 +125,7 @@ def _construct_ddp(original):
                 kwargs = changed
         original(self, module, *args, **kwargs)
         if ctx is not None and not context.building_traced_ddp():
-            if any(f.acts_on_ddp_buckets(ctx.rank) for f in ctx.faults if not isinstance(f, tuple(ctx._claimed))):
+            if any(f.acts_on_ddp_buckets(ctx.rank) for f in ctx.unclaimed_faults()):
                 self.register_comm_hook((ctx, self.process_group), _bucket_hook)
 
     return __init__

@@ -70,9 +70,10 @@ class StoreEventLog:
         self._lock = threading.Lock()
 
     def emit(self, kind: str, **fields) -> None:
-        """Record one event stamped with the wall clock (published now if its kind is urgent)."""
+        """Record one event stamped with the wall clock (``t`` and ``wall`` alike, the fields every event sink
+        gives; published now if its kind is urgent)."""
         fields["k"] = kind
-        fields["t"] = time.time()
+        fields["t"] = fields["wall"] = time.time()
         line = json.dumps(fields, default=str) + "\n"
         with self._lock:
             self._lines.append(line)
