@@ -32,6 +32,15 @@ else:
 pytest_plugins = ["pytester"]
 
 
+@pytest.fixture(scope="session")
+def fork_server():
+    """The fork server up and forking. Starting it imports torch (seconds on a cold or busy machine); tests with a
+    short start-up limit take this fixture so they never depend on how fast the first world starts."""
+    from ddpfaults.engine import pool
+
+    assert pool.fork_server_ready(timeout=600), "the fork server did not fork a process within 600 s"
+
+
 @pytest.fixture(autouse=True)
 def _no_rank_survives():
     """After each test, no rank process launched by this test process (nor its children) may be alive."""

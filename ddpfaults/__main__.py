@@ -48,6 +48,7 @@ def _world_args(parser: argparse.ArgumentParser) -> None:
         ("seed", int),
         ("timeout", float),
         ("stall", float),
+        ("startup", float),
         ("peer_failure", None),
         ("start_method", None),
     ):
@@ -82,6 +83,7 @@ def _settings(args) -> dict:
         seed=args.seed,
         timeout=args.timeout,
         stall=args.stall,
+        startup=args.startup,
         peer_failure=args.peer_failure,
         start_method=args.start_method,
     )

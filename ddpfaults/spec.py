@@ -71,6 +71,7 @@ PARAMS = (
     Param("world_size", 4, "an int >= 1", lambda v: _is_int(v) and v >= 1, int, errors.InvalidWorldSize),
     Param("timeout", 60.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
     Param("stall", 2.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
+    Param("startup", 30.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
     Param("seed", 0, "an int", _is_int, int),
     Param(
         "backend",
@@ -109,8 +110,10 @@ PARAM = {p.name: p for p in PARAMS}
 class RunSpec:
     """How a world runs (all keyword-only, validated at construction; ``replace`` validates again).
 
-    ``timeout`` is the hard wall-clock cap; ``stall`` the window without progress after which a world whose
-    live ranks all wait on their peers is hung (shorter than ``timeout``). ``peer_failure="exit"`` lets a
+    ``timeout`` is the hard wall-clock cap, start-up included; ``stall`` the window without progress after which
+    a world whose live ranks all wait on their peers is hung (shorter than ``timeout``); ``startup`` the limit on
+    start-up (until every rank has joined the process group), within ``timeout``: a world is never judged by the
+    stall rule while its ranks are still joining. ``peer_failure="exit"`` lets a
     failed rank exit (gloo-native), ``"linger"`` keeps it alive with its sockets open (NCCL-like). ``reuse``
     runs on a warm world of the same shape when one is pooled.
     """
@@ -118,6 +121,7 @@ class RunSpec:
     world_size: int = PARAM["world_size"].default
     timeout: float = PARAM["timeout"].default
     stall: float = PARAM["stall"].default
+    startup: float = PARAM["startup"].default
     seed: int = PARAM["seed"].default
     backend: str = PARAM["backend"].default
     peer_failure: str = PARAM["peer_failure"].default
@@ -130,6 +134,16 @@ class RunSpec:
             object.__setattr__(self, param.name, param.validate(getattr(self, param.name)))
         if self.stall >= self.timeout:
             raise errors.InvalidTimeout(f"stall ({self.stall:g} s) must be shorter than timeout ({self.timeout:g} s)")
+
+    @property
+    def startup_limit(self) -> float:
+        """Seconds start-up may take before the world is judged hung: ``startup``, at most ``timeout``."""
+        return min(self.startup, self.timeout)
+
+    @property
+    def custom_startup(self) -> float | None:
+        """``startup`` when it is not the default (a replay line names it then), else None."""
+        return None if self.startup == PARAM["startup"].default else self.startup
 
     def replace(self, **changes) -> RunSpec:
         """A copy with ``changes`` (None values are ignored), validated."""
@@ -147,6 +161,7 @@ class StopReason(str, enum.Enum):
 
     ENDED = "ended"
     STALL = "stall"
+    STARTUP = "startup"
     TIMEOUT = "timeout"
     TERMINATED = "terminated"
 
@@ -156,13 +171,15 @@ class StopReason(str, enum.Enum):
     @property
     def hung(self) -> bool:
         """True if the world was stopped while ranks still ran (its outcome is hung)."""
-        return self in (StopReason.STALL, StopReason.TIMEOUT)
+        return self in (StopReason.STALL, StopReason.STARTUP, StopReason.TIMEOUT)
 
     def describe(self, spec: RunSpec) -> str:
         """The reason as the report's verdict line gives it."""
         return {
             StopReason.ENDED: "every rank finished or failed",
             StopReason.STALL: f"no progress for {spec.stall:g} s and every live rank waiting on its peers",
+            StopReason.STARTUP: f"start-up not finished after {spec.startup_limit:g} s (not every rank joined the "
+            "process group)",
             StopReason.TIMEOUT: f"hard timeout of {spec.timeout:g} s reached",
             StopReason.TERMINATED: "torchrun's agent began stopping the ranks (a rank process exited abnormally, "
             "or torchrun was interrupted)",

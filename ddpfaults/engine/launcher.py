@@ -34,6 +34,7 @@ def run_world(
     kwargs=None,
     timeout: float | None = None,
     stall: float | None = None,
+    startup: float | None = None,
     seed: int | None = None,
     backend: str | None = None,
     peer_failure: str | None = None,
@@ -46,9 +47,11 @@ def run_world(
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
     Settings left out (None) come from ``spec``, else the :class:`~ddpfaults.spec.RunSpec` defaults (timeout
-    60 s, stall 2 s, seed 0, gloo, peer_failure exit, forkserver, 1 thread). ``timeout`` is the hard
-    wall-clock cap; ``stall`` the window without progress after which a world whose live ranks all wait on
-    their peers is judged hung. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
+    60 s, stall 2 s, start-up 30 s, seed 0, gloo, peer_failure exit, forkserver, 1 thread). ``timeout`` is the
+    hard wall-clock cap, start-up included; ``stall`` the window without progress after which a world whose live
+    ranks all wait on their peers is judged hung; ``startup`` the limit on start-up (the fork server importing
+    torch, the ranks starting and joining the process group), within ``timeout``: a rendezvous still in progress
+    is never judged by the stall rule. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
     "Connection closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
     ``reuse`` runs on a warm world of the same shape if one is pooled, and pools this one if it stays healthy
     (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``). ``flight_recorder_dir``: a folder to
@@ -62,6 +65,7 @@ def run_world(
         world_size,
         timeout=timeout,
         stall=stall,
+        startup=startup,
         seed=seed,
         backend=backend,
         threads=threads,
@@ -219,8 +223,8 @@ class LocalWorld(loop.Observer):
         if self.warm:
             self.ranks.send(job)
         else:
-            self.ranks.start(job, hide_main=self.work.module != "__main__")
-        self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs)}
+            self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
+        self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
 
     def _reusable(self, result: WorldResult) -> bool:
         """Only a clean, fault-free, completed world whose every rank still takes jobs goes back to the pool."""
@@ -273,9 +277,14 @@ class LocalWorld(loop.Observer):
         """A rank whose process exited."""
         return self.procs[i].exitcode is not None
 
+    def unstarted(self, i: int) -> bool:
+        """A rank whose process was never started (see :class:`~ddpfaults.engine.pool.Unstarted`)."""
+        return self.procs[i].pid is None
+
     def failures_seen(self, now: float) -> list[float]:
-        """When rank processes were seen to exit."""
-        return [w.exit_time for w in self.watches if w.exit_time is not None]
+        """When rank processes were seen to exit; ``now`` for a rank that reported its failure and has not exited
+        yet (gloo tells its peers only when the failed process is gone, which can take seconds under load)."""
+        return [now if w.exit_time is None else w.exit_time for w in self.watches if w.exit_time or w.ended == "failed"]
 
     def cpu(self, i: int) -> float | None:
         """CPU seconds from /proc."""
@@ -288,6 +297,7 @@ class LocalWorld(loop.Observer):
         sizes = {}
         for i in indices:
             w = self.watches[i]
+            w.stack = None  # a dump that does not come in time leaves the stack unknown, never a stale one
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
             try:
                 os.kill(self.procs[i].pid, signal.SIGUSR1)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import multiprocessing
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import types
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.context import set_spawning_popen
 
 from ddpfaults.engine import census
 from ddpfaults.rank.main import Job, RankConfig
@@ -48,12 +52,18 @@ class RankSet:
         self.runs = 0
         self.closed = False
 
-    def start(self, job: Job, hide_main: bool) -> None:
-        """Start the rank processes on their first job."""
+    def start(self, job: Job, hide_main: bool, deadline: float) -> None:
+        """Start the rank processes on their first job; ranks not started by ``deadline`` (monotonic) stay
+        :class:`Unstarted` (the judge then finds start-up unfinished)."""
         ctx = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":
-            ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+            if not fork_server_ready(deadline - time.monotonic()):
+                self.procs = [Unstarted()] * self.world_size
+                return
         for r in range(self.world_size):
+            if time.monotonic() >= deadline:
+                self.procs.append(Unstarted())
+                continue
             config = RankConfig(
                 rank=r,
                 world_size=self.world_size,
@@ -120,6 +130,67 @@ class RankSet:
                     pass
             time.sleep(0.01)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Unstarted:
+    """A rank whose process was never started: start-up ran out of time before its turn."""
+
+    pid = None
+    exitcode = None
+
+    def join(self, timeout=None) -> None:
+        """Nothing to wait for."""
+
+
+_fork_server = {"pid": None, "probe": None}  # the fork server known to fork; the thread asking it for a first fork
+
+
+def fork_server_ready(timeout: float) -> bool:
+    """True once multiprocessing's fork server (started if needed) has forked a first process: it answers only
+    after importing the preload modules (torch: seconds on a cold or busy machine). Waits at most ``timeout``
+    seconds; a wait cut short goes on in the background, so a later world finds the server ready."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+    forkserver.ensure_running()
+    server = forkserver._forkserver._forkserver_pid
+    if server == _fork_server["pid"]:
+        return True
+    probe = _fork_server["probe"]
+    if probe is None or not probe.is_alive():
+
+        def first_fork():
+            try:
+                _ProbePopen(ctx.Process(target=os._exit, args=(0,), name="ddpfaults-fork-server-probe")).wait()
+            finally:  # a probe that fails to launch leaves the ranks' own start to wait for the server, as without it
+                _fork_server["pid"] = server
+
+        probe = _fork_server["probe"] = threading.Thread(target=first_fork, name="ddpfaults-fork-server", daemon=True)
+        probe.start()
+    probe.join(max(timeout, 0.0))
+    return _fork_server["pid"] == server
+
+
+class _ProbePopen(popen_forkserver.Popen):
+    """multiprocessing's fork-server launch, minus the instruction to re-run the launcher's ``__main__`` in the
+    child (the probe runs ``os._exit``; ranks hide ``__main__`` the same way, see :func:`_main_hidden`).
+    Launched from a thread, it cannot swap ``sys.modules["__main__"]`` under the launcher's feet."""
+
+    def _launch(self, process_obj):
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        prep_data.pop("init_main_from_path", None)
+        prep_data.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
 
 
 _POOL: dict[tuple, RankSet] = {}

@@ -20,7 +20,7 @@ from datetime import timedelta
 from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import check_faults
-from ddpfaults.judge.results import WorldResult
+from ddpfaults.judge.results import WorldResult, startup_option
 from ddpfaults.rank import script, seams
 from ddpfaults.spec import RunSpec
 
@@ -37,6 +37,7 @@ def run_script(
     step_clock: str = seams.OPTIMIZER,
     timeout: float | None = None,
     stall: float | None = None,
+    startup: float | None = None,
     seed: int | None = None,
     peer_failure: str | None = None,
     start_method: str | None = None,
@@ -61,6 +62,7 @@ def run_script(
         world_size,
         timeout=timeout,
         stall=stall,
+        startup=startup,
         seed=seed,
         peer_failure=peer_failure,
         start_method=start_method,
@@ -125,6 +127,7 @@ def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple) -> st
     argv = f" -- {shlex.join(target.argv)}" if target.argv else ""
     return (
         f"python -m ddpfaults run {what} --world-size {spec.world_size} --seed {spec.seed} "
-        f"--timeout {spec.timeout:g} --stall {spec.stall:g} --peer-failure {spec.peer_failure} "
+        f"--timeout {spec.timeout:g} --stall {spec.stall:g} {startup_option(spec.custom_startup)}"
+        f"--peer-failure {spec.peer_failure} "
         f"--step-clock {target.clock}{plan}{argv}"
     )

@@ -5,6 +5,8 @@ Two observers exist: the local launcher's (rank files and processes on this mach
 :mod:`ddpfaults.torchrun.store`). The rules live here once:
 
 - a world has *ended* when no rank is live (every rank finished, failed or died);
+- while its ranks are still joining the process group (start-up), it is never judged hung by the stall rule,
+  only by the start-up limit (:attr:`StopReason.STARTUP`, ``spec.startup_limit``) or the timeout;
 - it is *hung* (:attr:`StopReason.STALL`) when no rank made progress for ``stall`` seconds and every live
   rank waits on its peers: inside a traced collective or store wait, or (untraced) with its main-thread
   stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
@@ -85,6 +87,10 @@ class Observer:
         """True if rank ``i``'s process is known to have ended."""
         return False
 
+    def unstarted(self, i: int) -> bool:
+        """True if rank ``i``'s process was never started (start-up ran out of time before its turn)."""
+        return False
+
     def describe(self, i: int) -> dict:
         """Facts about rank ``i`` for its result: ``pid``, ``exitcode``, ``output``, ``events`` (t since start)."""
         raise NotImplementedError
@@ -108,7 +114,15 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         if not failure_seen and any(w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches):
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen
             observer.collect_stacks(live)
-        stop = StopReason.TIMEOUT if now - observer.t0 >= spec.timeout else observer.stop_requested(now)
+        starting = _starting(observer, now)
+        if starting and now - observer.t0 >= spec.startup_limit:
+            stop = StopReason.STARTUP
+        elif now - observer.t0 >= spec.timeout:
+            stop = StopReason.TIMEOUT
+        else:
+            stop = observer.stop_requested(now)
+        if stop is None and starting:
+            continue  # ranks still joining are slow, not hung: the stall rule waits for the rendezvous
         if stop is not None:
             observer.collect_stacks(live)
             return stop
@@ -117,6 +131,13 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             last_assessed = now
             if not _recent_failure(observer, spec, now) and _all_blocked(observer, live, now):
                 return StopReason.STALL
+
+
+def _starting(observer: Observer, now: float) -> bool:
+    """True while the rendezvous can still complete: some rank has not joined the process group yet, and none
+    has ended (finished, failed or died) without joining (its peers would then wait for it for ever)."""
+    unjoined = [w for w in observer.watches if not w.joined]
+    return bool(unjoined) and not any(w.ended or observer.dead(w.rank, now) for w in unjoined)
 
 
 def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
@@ -180,7 +201,9 @@ def rank_result(
         if res.stack:
             res.where = f"died in {frame_text(res.stack)}"
     elif not w.events:
-        res.where = "starting (no event yet)"
+        res.where = (
+            "never started (start-up ran out of time first)" if observer.unstarted(i) else "starting (no event yet)"
+        )
     else:
         waiting = w.waiting_in()
         open_calls = [c for c in recorded if not c.done]
@@ -254,6 +277,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> Wor
         peer_failure=spec.peer_failure,
         stall=spec.stall,
         timeout=spec.timeout,
+        startup=spec.custom_startup,
         divergence=divergence,
         fired=fired,
         **about,

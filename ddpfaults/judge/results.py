@@ -226,6 +226,7 @@ class WorldResult:
     start_method: str = "forkserver"
     stall: float = 0.0
     timeout: float = 0.0
+    startup: float | None = None  # the start-up limit, when not the default
     divergence: Divergence | None = None
     faults: list[str] = field(default_factory=list)
     fired: list[FiredFault] = field(default_factory=list)
@@ -320,8 +321,13 @@ def replay_line(world: WorldResult) -> str:
     return (
         f"python -m ddpfaults run {shlex.quote(world.function)} --world-size {world.world_size} "
         f"--seed {world.seed} --timeout {world.timeout:g} --stall {world.stall:g} "
-        f"--peer-failure {world.peer_failure}{faults}"
+        f"{startup_option(world.startup)}--peer-failure {world.peer_failure}{faults}"
     )
+
+
+def startup_option(startup: float | None) -> str:
+    """``--startup S `` for a replay line, when the start-up limit was not the default."""
+    return f"--startup {startup:g} " if startup is not None else ""
 
 
 def _grouped_stacks(ranks: list[RankResult]) -> list[tuple[list[int], str, str]]:

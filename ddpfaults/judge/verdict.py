@@ -114,9 +114,9 @@ def _failure_text(rank: RankResult) -> str:
 def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: str) -> tuple[int | None, str]:
     """Name the rank at fault and what it did.
 
-    Order: the earliest failure that is not collateral; else (at the timeout) the ranks
-    still running outside any collective; else the odd rank of the first divergent collective; else the
-    earliest collateral failure; else where the ranks stood.
+    Order: the earliest failure that is not collateral; else (at the start-up limit) the ranks that never
+    joined the process group; else (at the timeout) the ranks still running outside any collective; else the
+    odd rank of the first divergent collective; else the earliest collateral failure; else where the ranks stood.
     """
     if all(r.state == RankState.FINISHED for r in ranks):
         return None, "no failure"  # even if sequences differ (e.g. Join's shadow collectives), nothing failed
@@ -137,6 +137,16 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
                 f"mismatch and rank {first.rank} {first.error}"
             )
         return first.rank, _failure_text(first)
+    if reason == "startup":
+        joining = [r for r in ranks if r.state == RankState.RUNNING]  # the rest wait in init_process_group
+        if joining:
+            waiting = [r.rank for r in ranks if r.state == RankState.BLOCKED]
+            where = joining[0].where or "outside any collective"
+            return joining[0].rank, (
+                f"{format_ranks([r.rank for r in joining])} never joined the process group during start-up "
+                f"(rank {joining[0].rank} at {where})"
+                + (f" while {format_ranks(waiting)} waited in init_process_group" if waiting else "")
+            )
     if reason == "timeout":
         running = [r for r in ranks if r.state == RankState.RUNNING]
         if running:
@@ -166,7 +176,7 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
 
 def world_outcome(ranks: list[RankResult], reason: str) -> Outcome:
     """completed if every rank finished; hung if the world was stopped (stall or timeout); else crashed."""
-    if reason in ("stall", "timeout"):
+    if reason in ("stall", "startup", "timeout"):
         return Outcome.HUNG
     if all(r.state == RankState.FINISHED for r in ranks):
         return Outcome.COMPLETED

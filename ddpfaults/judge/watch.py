@@ -96,6 +96,7 @@ class RankWatch:
         self.fired: list[FiredFault] = []
         self.step = None
         self.ended = None  # "finished" / "failed"
+        self.joined = False  # its init_process_group returned (the rendezvous with every peer is done)
         self.leftovers = None  # state the job left behind in this rank (reported with "finished")
         self.last_progress = time.monotonic()
         self.cpu_at_progress = None
@@ -148,6 +149,7 @@ class RankWatch:
             call = self.open.pop(event["seq"], None)
             if call is not None:
                 call.done = True
+                self.joined = self.joined or call.op == "init_process_group"
         elif kind == "fault":
             self.fired.append(FiredFault(event["index"], event["fault"], self.rank, event.get("step"), event["how"]))
         elif kind in ("finished", "failed"):

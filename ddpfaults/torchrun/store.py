@@ -217,6 +217,8 @@ class StoreWorld(loop.Observer):
         """Ask the given ranks (through the store) to dump their main thread's stack; wait for the answers."""
         indices = [i for i in indices if self.watches[i].events]
         asked = {i: self.store.add(f"stackreq/{i}", 1) for i in indices}
+        for i in asked:
+            self.watches[i].stack = None  # an answer that does not come in time leaves it unknown, never stale
         deadline = time.monotonic() + STACK_WAIT
         while asked and time.monotonic() < deadline:
             time.sleep(TICK / 5)

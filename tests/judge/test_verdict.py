@@ -430,6 +430,18 @@ def test_timeout_with_a_running_rank_names_it():
     assert "rank 1" in text and "train.py:12 in slow_step" in text
 
 
+def test_start_up_limit_names_the_ranks_that_never_joined():
+    ranks = [rank(r, RankState.BLOCKED, where="in init_process_group([])") for r in (0, 2)]
+    ranks.insert(1, rank(1, RankState.RUNNING, where="train.py:7 in load_dataset"))
+    ranks.append(rank(3, RankState.RUNNING, where="starting (no event yet)"))
+    root, text = root_cause(ranks, None, "startup")
+    assert root == 1
+    assert text == (
+        "ranks 1, 3 never joined the process group during start-up (rank 1 at train.py:7 in load_dataset) "
+        "while ranks 0, 2 waited in init_process_group"
+    )
+
+
 def test_blocked_ranks_without_divergence_have_no_root_rank():
     ranks = [rank(r, RankState.BLOCKED, seq_of([0])) for r in range(3)]
     root, text = root_cause(ranks, None, "stall")
@@ -468,7 +480,7 @@ def test_world_outcome_ended_with_a_failure_is_crashed(state):
     assert world_outcome(ranks, "ended") is Outcome.CRASHED
 
 
-@pytest.mark.parametrize("reason", ["stall", "timeout"])
+@pytest.mark.parametrize("reason", ["stall", "startup", "timeout"])
 @pytest.mark.parametrize(
     "states",
     [

@@ -1,6 +1,8 @@
 """Misbehaving scripts, chosen by argv[1]: each must give a clear verdict naming the cause."""
 
+import os
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -17,3 +19,7 @@ if __name__ == "__main__":
         dist.init_process_group("gloo")
         print("giving up: bad configuration", file=sys.stderr)
         sys.exit(3)
+    if what == "rank_1_never_joins":
+        if os.environ["RANK"] == "1":
+            time.sleep(3600)  # stuck before init_process_group (e.g. loading data): it never joins
+        dist.init_process_group("gloo")

@@ -1,0 +1,64 @@
+"""Start-up is judged by its own limit, never by the stall rule; a verdict never rests on a stale stack or on a
+failed rank that has not exited yet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+from ddpfaults import run_script
+from ddpfaults.engine.launcher import LocalWorld
+from ddpfaults.judge.watch import RankWatch
+from ddpfaults.spec import RunSpec
+
+BAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "bad_scripts.py")
+
+
+def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
+    result = run_script(BAD, ["rank_1_never_joins"], world_size=3, startup=4, stall=1, timeout=60)
+    assert result.outcome == "hung"
+    assert result.reason == "start-up not finished after 4 s (not every rank joined the process group)"
+    assert result.root_rank == 1
+    assert result.root_cause.startswith("rank 1 never joined the process group during start-up (rank 1 at ")
+    assert (
+        "bad_scripts.py" in result.root_cause and "while ranks 0, 2 waited in init_process_group" in result.root_cause
+    )
+    assert [r.where for r in result.ranks if r.rank != 1] == ["in init_process_group() at bad_scripts.py:25 in <module>"] * 2
+    assert result.elapsed < 4 + 3  # judged at the limit (plus stacks), not at the timeout
+    assert "--startup 4 " in result.replay
+
+
+def _world(watches) -> LocalWorld:
+    world = LocalWorld(work=None, faults=(), spec=RunSpec())
+    world.watches = watches
+    return world
+
+
+def test_a_failed_rank_still_exiting_counts_as_failing_now():
+    # gloo tells the peers only when the failed process is gone: until then, its peers' wait is no hang
+    failed, exited, running = (RankWatch(r, "/nonexistent") for r in range(3))
+    failed._apply({"k": "failed", "error": "SystemExit: 0", "site": "x", "step": 2})
+    exited.exit_time = 12.0
+    assert _world([failed, exited, running]).failures_seen(20.0) == [20.0, 12.0]
+
+
+def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_path):
+    ignoring = (
+        "import signal, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", ignoring], stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()  # its handler is set
+        watch = RankWatch(0, str(tmp_path))
+        watch.events = [{"k": "start"}]
+        watch.stack = 'File "x.py", line 1 in all_reduce'  # from an earlier dump
+        world = _world([watch])
+        world.ranks = types.SimpleNamespace(procs=[proc])
+        world.dir = str(tmp_path)
+        world.collect_stacks([0])
+        assert watch.stack is None
+    finally:
+        proc.kill()
+        proc.wait()

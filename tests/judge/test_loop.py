@@ -1,0 +1,112 @@
+"""The judge loop's stop rules (ddpfaults.judge.loop.watch), on a scripted observer: no processes, a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpfaults.judge import loop
+from ddpfaults.judge.watch import RankWatch
+from ddpfaults.spec import RunSpec, StopReason
+
+
+class Clock:
+    """A monotonic clock the test advances (loop.watch reads time.monotonic)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedWorld(loop.Observer):
+    """Ranks whose events arrive at scripted times; ``poll`` advances the clock by its wait."""
+
+    def __init__(self, clock: Clock, world_size: int, script: dict[float, list[tuple[int, dict]]]):
+        self.clock, self.t0 = clock, clock.now
+        self.script = sorted(script.items())
+        self.watches = [RankWatch(r, "/nonexistent") for r in range(world_size)]
+        for w in self.watches:
+            w.last_progress = clock.now
+        self.stacks_asked = []
+
+    def poll(self, wait: float) -> None:
+        self.clock.now += max(wait, 0.005)
+        while self.script and self.script[0][0] <= self.clock.now - self.t0:
+            _, events = self.script.pop(0)
+            for rank, event in events:
+                self.watches[rank]._apply(event)
+                self.watches[rank].last_progress = self.clock.now
+
+    def dead(self, i: int, now: float) -> bool:
+        return False
+
+    def failures_seen(self, now: float) -> list[float]:
+        return []
+
+    def cpu(self, i: int) -> float | None:
+        return 0.0
+
+    def collect_stacks(self, indices: list[int]) -> None:
+        self.stacks_asked.append(sorted(indices))
+
+
+def start(seq=1):
+    return {"k": "start", "t": 0}
+
+
+def enter_init(seq=1):
+    return {"k": "enter", "seq": seq, "op": "init_process_group", "shapes": [], "site": "x", "step": None}
+
+
+def leave(seq=1):
+    return {"k": "exit", "seq": seq}
+
+
+def enter_all_reduce(seq=2):
+    return {"k": "enter", "seq": seq, "op": "all_reduce", "shapes": [[1]], "site": "x", "step": 0}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(loop.time, "monotonic", clock)
+    return clock
+
+
+def test_ranks_waiting_in_a_slow_rendezvous_are_not_hung(clock):
+    # every rank waits in init_process_group for 8 s (a 200-rank FileStore rendezvous): far past the 2 s stall
+    script = {0.1: [(r, start()) for r in range(3)] + [(r, enter_init()) for r in range(3)]}
+    script[8.0] = [(r, leave()) for r in range(3)]
+    script[8.5] = [(r, {"k": "finished", "step": 0, "leftovers": []}) for r in range(3)]
+    world = ScriptedWorld(clock, 3, script)
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.ENDED
+
+
+def test_a_rendezvous_that_never_completes_stops_at_the_start_up_limit(clock):
+    script = {0.1: [(r, start()) for r in range(3)] + [(r, enter_init()) for r in (0, 2)]}  # rank 1 never enters
+    world = ScriptedWorld(clock, 3, script)
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, startup=10, timeout=60)) is StopReason.STARTUP
+    assert 10.0 <= clock.now - world.t0 < 10.1
+
+
+def test_start_up_limit_is_capped_by_the_timeout(clock):
+    world = ScriptedWorld(clock, 2, {})  # no rank ever starts
+    assert loop.watch(world, RunSpec(world_size=2, stall=1, startup=30, timeout=5)) is StopReason.STARTUP
+    assert 5.0 <= clock.now - world.t0 < 5.1
+
+
+def test_after_the_rendezvous_the_stall_rule_applies(clock):
+    script = {0.1: [(r, start()) for r in range(2)] + [(r, enter_init()) for r in range(2)]}
+    script[0.2] = [(r, leave()) for r in range(2)] + [(r, enter_all_reduce()) for r in range(2)]
+    world = ScriptedWorld(clock, 2, script)
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
+    assert clock.now - world.t0 < 3.5
+
+
+def test_a_rank_that_ended_before_joining_lets_the_stall_rule_judge_its_waiting_peers(clock):
+    script = {0.1: [(r, start()) for r in range(2)] + [(0, enter_init())]}
+    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": []})]  # a script rank that returned early
+    world = ScriptedWorld(clock, 2, script)
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
+    assert clock.now - world.t0 < 3.5
