@@ -14,7 +14,7 @@ import tempfile
 import time
 
 from ddpfaults import errors
-from ddpfaults.engine import pool
+from ddpfaults.engine import capacity, pool
 from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
@@ -91,6 +91,7 @@ def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
     spec = dataclasses.replace((spec or RunSpec()).replace(**settings), world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
+    capacity.check_world_size(spec.world_size)
     return spec
 
 

@@ -25,7 +25,9 @@ def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
     assert (
         "bad_scripts.py" in result.root_cause and "while ranks 0, 2 waited in init_process_group" in result.root_cause
     )
-    assert [r.where for r in result.ranks if r.rank != 1] == ["in init_process_group() at bad_scripts.py:25 in <module>"] * 2
+    assert [r.where for r in result.ranks if r.rank != 1] == [
+        "in init_process_group() at bad_scripts.py:25 in <module>"
+    ] * 2
     assert result.elapsed < 4 + 3  # judged at the limit (plus stacks), not at the timeout
     assert "--startup 4 " in result.replay
 
