@@ -261,6 +261,10 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
     A warm rank whose job left state behind stops taking jobs (the launcher will not reuse it).
     """
     os.setsid()  # own process group: the launcher kills the rank and its children with one killpg
+    # the user's own multiprocessing (DataLoader workers) gets the platform's default start method, as under
+    # torchrun, not the fork server this rank was started by (a forkserver DataLoader waits seconds per epoch
+    # and leaves pymp-* temp dirs behind a rank that ends with os._exit)
+    multiprocessing.set_start_method(None, force=True)
     for fd in config.close_fds:
         try:
             os.close(fd)

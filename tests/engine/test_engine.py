@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -284,3 +285,18 @@ def test_the_printed_replay_command_reproduces_the_verdict():
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "expected hung, observed hung: OK" in replay.stdout
     assert f"root cause: {result.root_cause}" in replay.stdout
+
+
+def test_ranks_own_multiprocessing_uses_the_platform_default_start_method(tmp_path):
+    # as under torchrun: a DataLoader's workers do not go through the launcher's fork server
+    platform_default = subprocess.run(
+        [sys.executable, "-c", "import multiprocessing; print(multiprocessing.get_start_method())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    result = run_world(rankfns.dataloader_workers, world_size=2, args=(str(tmp_path),), timeout=120)
+    assert result.outcome == "completed", result.report()
+    for method, epochs, left in result.values:
+        assert method == platform_default
+        assert left == [], f"multiprocessing left {left} in the rank's temp dir"
