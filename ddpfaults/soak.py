@@ -24,7 +24,7 @@ from itertools import pairwise
 from ddpfaults.errors import ConfigError, DDPFaultsError
 from ddpfaults.matrix import Row, run_case
 from ddpfaults.scenario import discover
-from ddpfaults.spec import Param, RunSpec
+from ddpfaults.spec import PARAM, Param, RunSpec
 
 ROUNDS = Param("rounds", 50, "an int >= 1", lambda v: isinstance(v, int) and v >= 1, int)
 HOGS = Param("hogs", 2, "an int >= 0", lambda v: isinstance(v, int) and v >= 0, int)
@@ -274,7 +274,7 @@ def add_parser(sub) -> None:
     parser.add_argument(
         "--hogs", default=str(HOGS.default), help=f"busy processes, {HOGS.kind} (default {HOGS.default})"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", default="0", help="the worlds' seed, an int (default 0)")
     parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON to PATH")
 
 
@@ -295,7 +295,9 @@ def main(args) -> int:
     cases = discover(args.paths or None)
     if not cases:
         raise DDPFaultsError(f"no scenarios found in {' '.join(args.paths) or 'the built-ins'}")
-    options = RunSpec(seed=args.seed)
+    options = RunSpec(seed=PARAM["seed"].from_text(str(args.seed), "--seed"))
+    for case in cases:
+        case.resolve(options)  # a case invalid for its world: the ScenarioError now, before any hog or world
     started, runs, done, interrupted = time.monotonic(), [], 0, False
     print(f"soak: {_n(len(cases), 'case')} x {_n(rounds, 'round')} under {_n(hogs, 'hog')}", flush=True)
     with Hogs(hogs) as hog_set:

@@ -217,17 +217,30 @@ def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
         assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM), output
 
 
+def _bad_world_module(tmp_path) -> str:
+    """A scenario whose fault names rank 5 of the default 4-rank world: found only when the case is resolved."""
+    path = tmp_path / "scenario_bad_rank.py"
+    path.write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import RankCrash\n\n"
+        "@ddpfaults.scenario(faults=[RankCrash(rank=5, step=1)])\ndef bad_rank(ctx):\n    pass\n"
+    )
+    return str(path)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--rounds", "0", TINY], "rounds must be an int >= 1, got 0 (from --rounds)"),
         (["--rounds", "two", TINY], "rounds must be an int >= 1, got 'two' (from --rounds)"),
         (["--hogs", "-1", TINY], "hogs must be an int >= 0, got -1 (from --hogs)"),
+        (["--seed", "1.5", TINY], "seed must be an int, got '1.5' (from --seed)"),
         (["missing_dir/scenario_x.py"], "does not exist"),
         (["--json", "no/such/dir/out.json", TINY], "not a file in an existing directory"),
+        ([_bad_world_module], "scenario bad_rank: "),
     ],
 )
-def test_soak_bad_input_is_one_error_line_and_exit_2(args, message):
+def test_soak_bad_input_is_one_error_line_and_exit_2(tmp_path, args, message):
+    args = [a(tmp_path) if callable(a) else a for a in args]
     proc = subprocess.run(
         [sys.executable, "-m", "ddpfaults", "soak", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
