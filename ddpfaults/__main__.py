@@ -1,4 +1,4 @@
-"""Command line: ``python -m ddpfaults {demo,run,matrix,html,trace} ...``."""
+"""Command line: ``python -m ddpfaults {demo,run,matrix,soak,html,trace} ...``."""
 
 from __future__ import annotations
 
@@ -151,9 +151,10 @@ def main(argv=None) -> int:
     )
     run.add_argument("--expect", choices=("completed", "hung", "crashed"))
     _world_args(run)
-    from ddpfaults import matrix
+    from ddpfaults import matrix, soak
 
     matrix.add_parser(sub)
+    soak.add_parser(sub)
     html = sub.add_parser("html", help="render a report JSON (--ddpfaults-report) as one self-contained HTML page")
     html.add_argument("report", help="the report document, e.g. report.json")
     html.add_argument("-o", "--output", help="where to write the page (default: the report path with .html)")
@@ -168,6 +169,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "matrix":
             return matrix.main(args)
+        if args.command == "soak":
+            return soak.main(args)
         if args.command == "html":
             from ddpfaults.report.document import read_document
             from ddpfaults.report.html import write_html

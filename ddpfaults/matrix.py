@@ -30,6 +30,7 @@ class Row:
     root_cause: str
     seconds: float
     mismatches: list = field(default_factory=list)
+    root_rank: int | None = None  # the rank the root cause was found on (None: no failure, or none to blame)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +63,7 @@ def run_case(case, options: RunSpec) -> Row:
         result.root_cause,
         time.monotonic() - started,
         [str(m) for m in case.expect.mismatches(result)],
+        root_rank=result.root_rank,
     )
 
 

@@ -1,0 +1,250 @@
+"""The soak command: counting and flip logic on fake rows; hogs that die on every way out; the command itself in
+real worlds under a real hog (tests/support/soak_scenarios.py: one case that completes, one that crashes)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpfaults.matrix import Row
+from ddpfaults.soak import Flip, Hogs, Totals, case_lines, summary_line, tally, totals
+from processes import alive, descendants
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+TINY = os.path.join(ROOT, "tests", "support", "soak_scenarios.py")
+RUN_TIMEOUT = 240  # seconds: a cold fork server under a hog on a busy 2-core machine
+
+
+def _row(variant, observed, root_rank=None, mismatches=(), expected="completed"):
+    return Row("s", variant, expected, observed, "no failure", 0.5, list(mismatches), root_rank=root_rank)
+
+
+# -- counting and flips (pure) ------------------------------------------------------------------------
+
+
+def test_stable_cases_are_counted_per_verdict_with_no_flip():
+    runs = [(r, _row("ok", "completed")) for r in (1, 2, 3)]
+    runs += [(r, _row("boom", "crashed", 1, expected="crashed on rank 1")) for r in (1, 2, 3)]
+    tallies = tally(runs)
+    assert [(t.case, t.counts(), t.flips) for t in tallies] == [
+        ("s[ok]", "completed 3", []),
+        ("s[boom]", "crashed 3", []),
+    ]
+    assert totals(tallies).ok and totals(tallies).runs == 6
+    assert case_lines(tallies) == ["s[ok]    completed 3", "s[boom]  crashed 3"]
+    assert (
+        summary_line(tallies, 3, 2, 12.4)
+        == "soak: 2 cases x 3 rounds under 2 hogs: 0 flips, 0 mismatches in 6 runs (12 s)"
+    )
+
+
+def test_a_verdict_that_changes_between_rounds_is_a_flip_and_a_mismatch():
+    miss = "expected completed, observed hung"
+    runs = [(1, _row("v", "completed")), (2, _row("v", "hung", 2, [miss])), (3, _row("v", "completed"))]
+    (t,) = tally(runs)
+    assert t.counts() == "completed 2, hung 1"
+    assert t.flips == [Flip(2, ("completed", None), ("hung", 2)), Flip(3, ("hung", 2), ("completed", None))]
+    assert t.mismatched_runs == 1 and dict(t.mismatches) == {miss: 1}
+    assert case_lines([t]) == [
+        "s[v]  completed 2, hung 1  FLIP  MISMATCH",
+        "    FLIP round 2: hung (root rank 2), was completed",
+        "    FLIP round 3: completed, was hung (root rank 2)",
+        f"    mismatch in 1/3 runs: {miss}",
+    ]
+    assert summary_line([t], 3, 1, 1.0) == "soak: 1 case x 3 rounds under 1 hog: 1 flip, 1 mismatch in 3 runs (1 s)"
+    assert not totals([t]).ok
+    assert t.to_dict()["flips"][0] == {
+        "round": 2,
+        "before": {"verdict": "completed", "root_rank": None},
+        "after": {"verdict": "hung", "root_rank": 2},
+    }
+
+
+def test_the_same_verdict_blaming_another_rank_is_a_flip_without_a_mismatch():
+    runs = [(1, _row("v", "crashed", 1, expected="crashed")), (2, _row("v", "crashed", 3, expected="crashed"))]
+    (t,) = tally(runs)
+    assert t.counts() == "crashed 2" and t.mismatched_runs == 0
+    assert t.flips == [Flip(2, ("crashed", 1), ("crashed", 3))]
+    assert totals([t]) == Totals(cases=1, runs=2, flips=1, mismatches=0)
+    assert [o["root_rank"] for o in t.to_dict()["observations"]] == [1, 3]
+
+
+def test_a_mismatch_in_every_round_is_counted_per_run_and_is_no_flip():
+    miss = "expected hung, observed completed"
+    (t,) = tally([(r, _row("w", "completed", mismatches=[miss], expected="hung")) for r in (1, 2)])
+    assert t.flips == [] and t.mismatched_runs == 2
+    assert case_lines([t]) == ["s[w]  completed 2  MISMATCH", f"    mismatch in 2/2 runs: {miss}"]
+
+
+# -- hogs ---------------------------------------------------------------------------------------------
+
+
+def _cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_hogs_spin_and_are_killed_when_the_block_raises():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RuntimeError, match="inside"):
+        with Hogs(2) as hogs:
+            pids = hogs.pids
+            assert len(pids) == 2 and alive(pids) == pids
+            deadline = time.monotonic() + 30
+            while min(_cpu_ticks(p) for p in pids) < 10 and time.monotonic() < deadline:  # 0.1 s of CPU each
+                time.sleep(0.05)
+            assert min(_cpu_ticks(p) for p in pids) >= 10
+            raise RuntimeError("inside")
+    assert alive(pids) == [] and hogs.stopped == 2 and hogs.survivors == []
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+# -- the command --------------------------------------------------------------------------------------
+
+
+def _soak(*args, out):
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpfaults", "soak", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+    )
+
+
+def _watch(proc, until=None) -> set:
+    """Every process seen below ``proc`` until it exits (or ``until()`` is true); fails after RUN_TIMEOUT."""
+    seen, deadline = set(), time.monotonic() + RUN_TIMEOUT
+    while proc.poll() is None and not (until and until()):
+        assert time.monotonic() < deadline, "the soak did not finish in time"
+        seen.update(descendants(proc.pid))
+        time.sleep(0.05)
+    return seen
+
+
+def _hog_pids(pids) -> list[int]:
+    found = []
+    for pid in alive(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"while True" in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _gone(pids) -> list[int]:
+    """``pids`` still alive after 10 s (the fork server exits when it notices its parent has gone)."""
+    deadline = time.monotonic() + 10
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(tmp_path):
+    with open(tmp_path / "out.txt", "wb") as out:
+        proc = _soak("--rounds", "2", "--hogs", "1", TINY, "--json", str(tmp_path / "soak.json"), out=out)
+    try:
+        seen = _watch(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    output = (tmp_path / "out.txt").read_text()
+    assert proc.returncode == 0, output
+    data = json.loads((tmp_path / "soak.json").read_text())
+    hogs = data["hogs"]["pids"]
+    assert len(hogs) == 1 and set(hogs) <= seen and data["hogs"]["stopped"] == 1
+    assert alive(hogs) == [], "a hog outlived the soak"
+    assert _gone(seen) == [], f"processes of the soak (ranks, fork server) left: {_gone(seen)}"
+    assert len(seen) > 1 + 2  # the hog, the fork server and at least one world's 2 ranks were seen
+    lines = output.splitlines()
+    assert lines[0] == "soak: 2 cases x 2 rounds under 1 hog"
+    assert lines[1].startswith("round 1/2: 2 runs in ") and lines[1].endswith("so far 0 flips, 0 mismatches")
+    assert lines[2].startswith("round 2/2: 2 runs in ")
+    assert lines[3:6] == [
+        "reduce_steps[clean]  completed 2",
+        "reduce_steps[crash]  crashed 2",
+        "hogs: 1 started, 1 stopped",
+    ]
+    assert lines[6].startswith("soak: 2 cases x 2 rounds under 1 hog: 0 flips, 0 mismatches in 4 runs (")
+    assert len(lines) == 7, output
+    assert [(c["case"], c["verdicts"], c["observations"][0]["root_rank"]) for c in data["cases"]] == [
+        ("reduce_steps[clean]", {"completed": 2}, None),
+        ("reduce_steps[crash]", {"crashed": 2}, 1),
+    ]
+    assert (data["runs"], data["flips"], data["mismatches"], data["ok"]) == (4, 0, 0, True)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
+    """Ctrl-C prints the counts so far and exits 130; SIGTERM exits 143; after SIGKILL the hogs die with their
+    parent (PR_SET_PDEATHSIG). In every case no hog, rank or fork server is left."""
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "wb") as out:
+        proc = _soak("--rounds", "1000", "--hogs", "2", TINY, out=out)
+    try:
+        seen = _watch(proc, until=lambda: "round 1/1000" in out_path.read_text())
+        assert proc.poll() is None, out_path.read_text()
+        seen.update(descendants(proc.pid))
+        hogs = _hog_pids(seen)
+        assert len(hogs) == 2, seen
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    output = out_path.read_text()
+    if signum == signal.SIGKILL:
+        assert _gone(hogs) == [], "a hog outlived the SIGKILLed soak"
+    else:
+        assert alive(hogs) == [], f"a hog outlived the soak:\n{output}"
+    assert _gone(seen) == [], f"processes of the soak left: {_gone(seen)}\n{output}"
+    if signum == signal.SIGINT:
+        assert proc.returncode == 130, output
+        assert "hogs: 2 started, 2 stopped" in output, output
+        assert "reduce_steps[clean]  completed " in output, output
+        assert re.search(r"\ninterrupted \(Ctrl-C\) after (\d+) complete rounds?\n", output), output
+        last = output.splitlines()[-1]
+        assert re.fullmatch(
+            r"soak: 2 cases x \d+ rounds? under 2 hogs: 0 flips, 0 mismatches in \d+ runs \(\d+ s\)", last
+        ), output
+    else:
+        assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM), output
+
+
+def _bad_world_module(tmp_path) -> str:
+    """A scenario whose fault names rank 5 of the default 4-rank world: found only when the case is resolved."""
+    path = tmp_path / "scenario_bad_rank.py"
+    path.write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import RankCrash\n\n"
+        "@ddpfaults.scenario(faults=[RankCrash(rank=5, step=1)])\ndef bad_rank(ctx):\n    pass\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rounds", "0", TINY], "rounds must be an int >= 1, got 0 (from --rounds)"),
+        (["--rounds", "two", TINY], "rounds must be an int >= 1, got 'two' (from --rounds)"),
+        (["--hogs", "-1", TINY], "hogs must be an int >= 0, got -1 (from --hogs)"),
+        (["--seed", "1.5", TINY], "seed must be an int, got '1.5' (from --seed)"),
+        (["missing_dir/scenario_x.py"], "does not exist"),
+        (["--json", "no/such/dir/out.json", TINY], "not a file in an existing directory"),
+        ([_bad_world_module], "scenario bad_rank: "),
+    ],
+)
+def test_soak_bad_input_is_one_error_line_and_exit_2(tmp_path, args, message):
+    args = [a(tmp_path) if callable(a) else a for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpfaults", "soak", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpfaults: error:") and message in lines[0], proc.stderr
