@@ -297,6 +297,6 @@ def test_ranks_own_multiprocessing_uses_the_platform_default_start_method(tmp_pa
     ).stdout.strip()
     result = run_world(rankfns.dataloader_workers, world_size=2, args=(str(tmp_path),), timeout=120)
     assert result.outcome == "completed", result.report()
-    for method, epochs, left in result.values:
+    for method, left in result.values:
         assert method == platform_default
         assert left == [], f"multiprocessing left {left} in the rank's temp dir"
