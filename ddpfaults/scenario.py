@@ -121,10 +121,16 @@ class Case:
 
     def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
-        timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps."""
+        timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps.
+
+        The fork server is machinery, not the case: the first case waits for it (importing torch takes seconds
+        on a cold or busy machine) before its own clock starts, so no verdict depends on how fast it starts."""
+        from ddpfaults.engine import pool
         from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
 
         plan = self.resolve(defaults or RunSpec())
+        if plan.spec.start_method == "forkserver":
+            pool.fork_server_ready(timeout=plan.spec.timeout)
         spec = fit(plan.spec) if fit is not None else plan.spec
         if self.scenario.script is not None:
             from ddpfaults.engine.scripts import run_script
