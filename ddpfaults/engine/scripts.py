@@ -17,7 +17,7 @@ import shlex
 import sys
 from datetime import timedelta
 
-from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
+from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult
@@ -68,6 +68,7 @@ def run_script(
         reuse=False,
     )
     faults = check_faults(faults, spec.world_size)
+    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
@@ -99,6 +100,8 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
     if step_clock not in seams.STEP_CLOCKS:
         raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
     cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+    if not os.path.isdir(cwd):
+        raise ConfigError(f"run_script: cwd {cwd!r} is not a directory (the ranks' working directory)")
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
         if not os.path.isfile(path):
