@@ -79,7 +79,7 @@ def variant(
 
 
 def _argv(argv, where: str) -> tuple:
-    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ScenarioError(f"{where}: argv must be a list of strings (the script's arguments), got {argv!r}")
     return tuple(argv)
 

@@ -95,7 +95,11 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ScriptError(
             f"run_script: give a script path or module=, exactly one (got path={path!r}, module={module!r})"
         )
-    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ScriptError(f"run_script: path must be the script's path, got {path!r}")
+    if module is not None and not isinstance(module, str):
+        raise ScriptError(f"run_script: module must be a module name such as 'pkg.train', got {module!r}")
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
     if step_clock not in seams.STEP_CLOCKS:
         raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
