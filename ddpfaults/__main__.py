@@ -10,10 +10,10 @@ import sys
 
 from ddpfaults import faults as faults_module
 from ddpfaults.engine.launcher import run_world
-from ddpfaults.errors import DDPFaultsError
+from ddpfaults.errors import DDPFaultsError, ReportFileError
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.rank.seams import STEP_CLOCKS
-from ddpfaults.spec import PARAM
+from ddpfaults.spec import PARAM, output_problem
 
 
 def _load_function(spec: str):
@@ -108,9 +108,18 @@ def _run(args, script_argv: list[str]):
     return run_world(_load_function(args.target), faults=faults, kwargs=_parse_kwargs(args.kwargs), **_settings(args))
 
 
+def _writable(path: str, what: str) -> str:
+    """``path``, once it is known that it can be written (checked before any world runs)."""
+    problem = output_problem(path)
+    if problem:
+        raise ReportFileError(f"{what} {path!r} cannot be written: {problem}")
+    return path
+
+
 def _report(result, args, expect: str | None) -> int:
     print(result.report())
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             f.write(result.to_json(indent=2))
     if expect is None:
@@ -167,6 +176,8 @@ def main(argv=None) -> int:
     script_argv = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(script_argv) - 1] if "--" in argv else argv)
     try:
+        if args.command in ("run", "demo") and args.json:
+            _writable(args.json, "--json")
         if args.command == "matrix":
             return matrix.main(args)
         if args.command == "soak":
@@ -175,14 +186,14 @@ def main(argv=None) -> int:
             from ddpfaults.report.document import read_document
             from ddpfaults.report.html import write_html
 
-            output = args.output or os.path.splitext(args.report)[0] + ".html"
+            output = _writable(args.output or os.path.splitext(args.report)[0] + ".html", "the page")
             print(write_html(output, read_document(args.report)))
             return 0
         if args.command == "trace":
             from ddpfaults.report.chrome_trace import write_trace
             from ddpfaults.report.document import read_document
 
-            output = args.output or os.path.splitext(args.report)[0] + ".trace.json"
+            output = _writable(args.output or os.path.splitext(args.report)[0] + ".trace.json", "the trace")
             print(write_trace(output, read_document(args.report)))
             return 0
         if args.command == "demo":
@@ -192,7 +203,7 @@ def main(argv=None) -> int:
             return _report(run_world(train, faults=plan, **_settings(args)), args, expect="hung")
         return _report(_run(args, script_argv), args, args.expect)
     except DDPFaultsError as exc:
-        print(f"ddpfaults: error: {exc}", file=sys.stderr)
+        print(f"ddpfaults: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 

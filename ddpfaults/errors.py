@@ -33,6 +33,11 @@ class FunctionNotRunnable(DDPFaultsError, TypeError):
     """The rank function is not callable, or cannot be pickled by reference (lambda, closure, local def)."""
 
 
+class InvalidArguments(FunctionNotRunnable):
+    """A rank function's ``args`` is not a sequence, its ``kwargs`` not a mapping of names, or its signature does
+    not take ``(ctx, *args, **kwargs)``."""
+
+
 class UnpicklableReturnValue(DDPFaultsError):
     """A rank function returned a value that cannot be pickled back to the launcher."""
 

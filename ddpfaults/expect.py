@@ -44,6 +44,21 @@ class Expect:
             raise ScenarioError(
                 f"expect: outcome must be one of completed/hung/crashed, got {self.outcome!r}"
             ) from None
+        if self.rank is not None and (not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0):
+            raise ScenarioError(f"expect: rank must be an int >= 0 (the root-cause rank), got {self.rank!r}")
+        for name in ("error", "collective", "root_cause"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ScenarioError(f"expect: {name} must be a non-empty string, got {value!r}")
+        for name in ("values_equal", "faults_fire"):
+            if not isinstance(getattr(self, name), bool):
+                raise ScenarioError(f"expect: {name} must be True or False, got {getattr(self, name)!r}")
+        if isinstance(self.checks, (str, bytes)) or not isinstance(self.checks, (list, tuple)):
+            raise ScenarioError(f"expect: checks must be a list of ddpfaults.Check, got {self.checks!r}")
+        for check in self.checks:
+            if not callable(check):
+                raise ScenarioError(f"expect: each check must be a ddpfaults.Check (or a callable), got {check!r}")
+        object.__setattr__(self, "checks", tuple(self.checks))
 
     @classmethod
     def parse(cls, value) -> Expect:

@@ -71,13 +71,12 @@ class ScenarioModule(pytest.Module):
         from ddpfaults.scenario import scenarios_in
 
         module = self.obj
-        spec = _spec(self)
         for declared in scenarios_in(module):
             for case in declared.cases():
-                case.resolve(spec)  # raises ScenarioError for settings or faults that do not fit the world
                 item = ScenarioItem.from_parent(self, name=case.id, case=case)
                 for mark in _marks_of(declared.fn):
                     item.add_marker(mark)
+                case.resolve(_spec(item))  # a marker, settings or faults that do not fit the world: an error here
                 yield item
 
     def repr_failure(self, excinfo):
@@ -90,8 +89,10 @@ class ScenarioModule(pytest.Module):
 
 
 def _marks_of(fn) -> list:
+    """The pytest marks a scenario function carries, as decorators ``add_marker`` takes (it refuses a bare Mark)."""
     marks = getattr(fn, "pytestmark", [])
-    return list(marks) if isinstance(marks, (list, tuple)) else [marks]
+    marks = list(marks) if isinstance(marks, (list, tuple)) else [marks]
+    return [getattr(pytest.mark, m.name).with_args(*m.args, **m.kwargs) for m in marks]
 
 
 class ScenarioItem(pytest.Item):
@@ -131,8 +132,9 @@ class ScenarioItem(pytest.Item):
 
 
 def _spec(node):
-    """This node's run spec: the settings overlaid by its ``ddpfaults`` markers."""
-    return ddps.run_spec(node.config.stash[SETTINGS], ddps.marker_values(node.iter_markers("ddpfaults")))
+    """This node's run spec: the settings overlaid by its ``ddpfaults`` markers (MarkerError naming the node)."""
+    marks = ddps.marker_values(node.iter_markers("ddpfaults"), node.nodeid)
+    return ddps.run_spec(node.config.stash[SETTINGS], marks, node.nodeid)
 
 
 def _remaining(item) -> float | None:
@@ -273,13 +275,22 @@ def ddp_world(request):
 # -- per-item hooks ---------------------------------------------------------------------------
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """A bad ``ddpfaults`` marker is a clean error naming the keyword."""
-    try:
-        ddps.marker_values(item.iter_markers("ddpfaults"))
-    except MarkerError as exc:
-        pytest.fail(str(exc), pytrace=False)
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test whose ``ddpfaults`` marker is bad (or does not fit this run's settings) makes its module a collection
+    error naming the test and the value: every marker is checked before any world starts."""
+    report = yield
+    if report.passed:
+        problems = []
+        for node in report.result:
+            if isinstance(node, pytest.Item) and node.get_closest_marker("ddpfaults") is not None:
+                try:
+                    _spec(node)
+                except MarkerError as exc:
+                    problems.append(f"MarkerError: {exc}")
+        if problems:
+            report.outcome, report.longrepr, report.result = "failed", "\n".join(problems), []
+    return report
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -28,9 +28,10 @@ from ddpfaults.errors import DDPFaultsError, FaultError, ScenarioError
 from ddpfaults.expect import Expect
 from ddpfaults.faults import Fault, check_faults
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.spec import RunSpec
+from ddpfaults.spec import RunSpec, check_arguments, check_call, check_declared
 
 ATTRIBUTE = "__ddpfaults_scenario__"
+SETTINGS = ("world_size", "timeout", "stall", "peer_failure")  # the run settings a scenario or variant may declare
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,15 @@ def variant(
     timeout=None,
     stall=None,
 ) -> Variant:
-    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script."""
+    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script.
+    Its settings and keyword arguments are checked when the scenario is declared (the error names both)."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
     return Variant(
         name,
         Expect.parse(expect) if expect is not None else None,
         tuple(faults) if faults is not None else None,
-        dict(kwargs or {}),
+        kwargs if kwargs is not None else {},
         world_size,
         peer_failure,
         timeout,
@@ -77,7 +79,7 @@ def variant(
 
 
 def _argv(argv, where: str) -> tuple:
-    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ScenarioError(f"{where}: argv must be a list of strings (the script's arguments), got {argv!r}")
     return tuple(argv)
 
@@ -110,10 +112,11 @@ class Case:
 
     def resolve(self, defaults: RunSpec) -> CaseRun:
         """What this case runs with: declared values first, then ``defaults``; ScenarioError naming the case."""
-        declared = {name: self._pick(name) for name in ("world_size", "timeout", "stall", "peer_failure")}
+        declared = {name: self._pick(name) for name in SETTINGS}
         try:
             spec = defaults.replace(**declared)
             faults = check_faults(self.faults, spec.world_size)
+            _check_rank(self.expect, spec.world_size)
         except DDPFaultsError as exc:
             raise ScenarioError(f"scenario {self.id}: {exc}") from None
         kwargs = {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})}
@@ -204,7 +207,7 @@ def scenario(
     """Declare a module-level rank function as a scenario (see the module docstring)."""
 
     def declare(fn):
-        label = name or getattr(fn, "__name__", repr(fn))
+        label = _name(name, getattr(fn, "__name__", repr(fn)))
         qualname = getattr(fn, "__qualname__", "")
         if not callable(fn) or "<locals>" in qualname or "<lambda>" in qualname:
             raise ScenarioError(f"scenario {label}: must decorate a module-level function, got {fn!r}")
@@ -217,8 +220,8 @@ def scenario(
             peer_failure=peer_failure,
             timeout=timeout,
             stall=stall,
-            kwargs=dict(kwargs or {}),
-            variants=tuple(variants),
+            kwargs=kwargs if kwargs is not None else {},
+            variants=variants,
             doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
         )
         setattr(fn, ATTRIBUTE, declared)
@@ -244,10 +247,13 @@ def script_scenario(
     """Declare a scenario that runs a script, unmodified, as torchrun would (see :func:`ddpfaults.run_script`);
     assign the result to a module-level name. ``script`` is relative to the declaring module's file; ``argv``
     (and each variant's ``argv``) are the script's arguments. The name defaults to the script's file name."""
+    if not isinstance(script, (str, os.PathLike)):
+        raise ScenarioError(f"script_scenario: script must be a path relative to the declaring module, got {script!r}")
+    script = os.fspath(script)
     declaring = sys._getframe(1).f_globals
     here = os.path.dirname(os.path.abspath(declaring.get("__file__") or "."))
     path = os.path.normpath(os.path.join(here, script))
-    label = name or os.path.splitext(os.path.basename(script))[0]
+    label = _name(name, os.path.splitext(os.path.basename(script))[0])
     if not os.path.isfile(path):
         raise ScenarioError(f"scenario {label}: script {script!r} not found (looked for {path})")
     if step_clock not in ("optimizer", "dataloader"):
@@ -261,13 +267,21 @@ def script_scenario(
         peer_failure=peer_failure,
         timeout=timeout,
         stall=stall,
-        variants=tuple(variants),
+        variants=variants,
         doc=f"runs {os.path.relpath(path, here)}",
         script=path,
         argv=_argv(argv, f"scenario {label}"),
         step_clock=step_clock,
         module=declaring.get("__name__"),
     )
+
+
+def _name(name, default: str) -> str:
+    if name is None:
+        return default
+    if not isinstance(name, str) or not name.strip():
+        raise ScenarioError(f"scenario {default}: name must be a non-empty string, got {name!r}")
+    return name
 
 
 def _declare(label: str, **fields) -> Scenario:
@@ -277,21 +291,48 @@ def _declare(label: str, **fields) -> Scenario:
         for fault in fields["faults"]:
             if not isinstance(fault, Fault):
                 raise FaultError(f"{fault!r} is not a ddpfaults fault")
-        if fields["world_size"] is not None:
-            check_faults(fields["faults"], fields["world_size"])
-        declared = Scenario(name=label, **{**fields, "expect": Expect.parse(fields["expect"])})
-        names = [v.name for v in declared.variants]
+        if "kwargs" in fields:
+            fields["kwargs"] = check_arguments((), fields["kwargs"])[1]
+        variants = fields["variants"]
+        if isinstance(variants, (str, bytes, Variant)) or not isinstance(variants, (list, tuple)):
+            raise ScenarioError(f"variants must be a list of ddpfaults.variant(...), got {variants!r}")
+        declared = Scenario(
+            name=label, **{**fields, "variants": tuple(variants), "expect": Expect.parse(fields["expect"])}
+        )
+        names = [getattr(v, "name", None) for v in declared.variants]
         if len(set(names)) != len(names):
             raise ScenarioError(f"variant names repeat: {names}")
         for v in declared.variants:
             if not isinstance(v, Variant):
                 raise ScenarioError(f"variants must be made with ddpfaults.variant(...), got {v!r}")
-            size = v.world_size or declared.world_size
-            if size is not None:
-                check_faults(v.faults if v.faults is not None else declared.faults, size)
+        for case in declared.cases():
+            _check_case(case)
     except (DDPFaultsError, TypeError) as exc:
         raise ScenarioError(f"scenario {label}: {exc}") from None
     return declared
+
+
+def _check_case(case: Case) -> None:
+    """What a case declares, checked without a world: its settings, its faults and expected rank against a declared
+    world size, and its keyword arguments against the rank function's signature (a script takes none)."""
+    where = f"variant {case.variant.name}: " if case.variant else ""
+    try:
+        settings = check_declared(**{name: case._pick(name) for name in SETTINGS})
+        if "world_size" in settings:
+            check_faults(case.faults, settings["world_size"])
+            _check_rank(case.expect, settings["world_size"])
+        kwargs = {**case.scenario.kwargs, **(check_arguments((), case.variant.kwargs)[1] if case.variant else {})}
+        if case.scenario.fn is not None:
+            check_call(case.scenario.fn, (), kwargs)
+        elif kwargs:
+            raise ScenarioError(f"kwargs {kwargs!r} are for rank functions; a script takes its arguments as argv")
+    except DDPFaultsError as exc:
+        raise ScenarioError(f"{where}{exc}") from None
+
+
+def _check_rank(expect: Expect, world_size: int) -> None:
+    if expect.rank is not None and expect.rank >= world_size:
+        raise ScenarioError(f"expect: rank {expect.rank} does not exist in a world of {world_size} ranks")
 
 
 def scenarios_in(module) -> list[Scenario]:

@@ -3,7 +3,8 @@
 Every setting is one :class:`Option` whose help text serves both ``--ddpfaults-NAME``
 and the ini key ``ddpfaults_NAME``; ``DDPFAULTS_NAME`` sets it from the environment.
 Resolution order: command line > environment > ini file > default. A bad value is a
-``pytest.UsageError`` naming where it came from and the value.
+``pytest.UsageError`` naming where it came from and the value; so is a report path that cannot be
+written (checked when pytest starts, not when the session ends).
 
 What a scenario, a ``ddpfaults(...)`` marker or a ``ddp_world.run(...)`` call declares is
 part of the test's meaning and wins over these settings, which are only defaults. The
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from ddpfaults.errors import ConfigError, DeadlineError, MarkerError
-from ddpfaults.spec import PARAM, RunSpec, parse_bool
+from ddpfaults.spec import PARAM, RunSpec, check_declared, output_problem, parse_bool
 
 TEARDOWN_SLACK = 2.0  # seconds a world needs after its deadline: stack dumps, judging, killing
 PYTEST_TIMEOUT_SHARE = 0.9  # a world may use this share of the time pytest-timeout leaves the item
@@ -43,7 +44,11 @@ def _patterns(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: name, parser, default, what a valid value is, and the help shared by addoption and addini."""
+    """One setting: name, parser, default, what a valid value is, and the help shared by addoption and addini.
+
+    ``flag``: on the command line the option alone means true (``--ddpfaults-show``), or takes a value
+    (``--ddpfaults-show=false``). ``output``: the value is a path written at the end of the session, a ``"file"``
+    or a ``"dir"`` (of files), checked when the settings are resolved."""
 
     name: str
     parse: Callable[[str], Any]
@@ -52,6 +57,7 @@ class Option:
     help: str
     metavar: str = "VALUE"
     flag: bool = False
+    output: str | None = None
 
     @property
     def cli(self) -> str:
@@ -102,8 +108,18 @@ OPTIONS = (
         "MODE",
     ),
     _run_option("start_method", "how rank processes start", "METHOD"),
-    Option("report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json"),
-    Option("html", str, None, "a file path", "write every world as a self-contained HTML swimlane page", "PATH.html"),
+    Option(
+        "report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json", output="file"
+    ),
+    Option(
+        "html",
+        str,
+        None,
+        "a file path",
+        "write every world as a self-contained HTML swimlane page",
+        "PATH.html",
+        output="file",
+    ),
     Option(
         "trace",
         str,
@@ -111,6 +127,7 @@ OPTIONS = (
         "a file path",
         "write every world's timeline as a Chrome Trace Event file (Perfetto, chrome://tracing)",
         "PATH.json",
+        output="file",
     ),
     Option(
         "flight_recorder",
@@ -120,6 +137,7 @@ OPTIONS = (
         "keep every rank's torch flight-recorder dump here, one folder per world named by its test id, in the "
         "layout python -m torch.distributed.flight_recorder.fr_trace reads",
         "DIR",
+        output="dir",
     ),
     Option(
         "scenario_files",
@@ -130,7 +148,13 @@ OPTIONS = (
         "GLOBS",
     ),
     Option(
-        "show", parse_bool, False, "true or false", "with -v, also print the world report of passing items", flag=True
+        "show",
+        parse_bool,
+        False,
+        "true or false",
+        "with -v, also print the world report of passing items: true or false (the flag alone: true)",
+        "BOOL",
+        flag=True,
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -189,7 +213,9 @@ def add_options(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         dest = "ddpfaults_" + option.name
         if option.flag:
-            group.addoption(option.cli, action="store_true", default=None, dest=dest, help=option.help)
+            group.addoption(
+                option.cli, nargs="?", const="true", default=None, dest=dest, metavar=option.metavar, help=option.help
+            )
         else:
             group.addoption(option.cli, default=None, dest=dest, metavar=option.metavar, help=option.help)
         parser.addini(option.ini, help=option.help, type="string", default="")
@@ -209,11 +235,16 @@ def resolve(config: pytest.Config) -> Settings:
             values[option.name] = option.default
             continue
         try:
-            values[option.name] = True if raw is True else option.parse(str(raw).strip())
+            values[option.name] = option.parse(str(raw).strip())
         except ValueError:
-            raise pytest.UsageError(f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind})") from None
+            hint = f"; the word after {option.cli} is its value" if option.flag and where == option.cli else ""
+            raise pytest.UsageError(
+                f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind}{hint})"
+            ) from None
         sources.append((option.name, where))
     settings = Settings(**values, sources=tuple(sources))
+    if not hasattr(config, "workerinput"):  # the controller writes the reports (an xdist worker never does)
+        _check_outputs(settings, str(config.invocation_params.dir))
     try:
         settings.spec  # noqa: B018 - the combination must be a valid spec (stall below timeout)
     except ConfigError:
@@ -222,6 +253,23 @@ def resolve(config: pytest.Config) -> Settings:
             f"timeout {settings.timeout:g} s (from {settings.source('timeout')})"
         ) from None
     return settings
+
+
+def _check_outputs(settings: Settings, here: str) -> None:
+    """``pytest.UsageError`` if a report path (relative to ``here``) cannot be written, or two name one file."""
+    seen: dict = {}
+    for option in OPTIONS:
+        value = getattr(settings, option.name)
+        if option.output is None or value is None:
+            continue
+        where = settings.source(option.name)
+        path = os.path.normpath(os.path.join(here, value))
+        problem = output_problem(path, directory=option.output == "dir")
+        if problem:
+            raise pytest.UsageError(f"ddpfaults: {where}: {value!r} cannot be written: {problem}")
+        if path in seen:
+            raise pytest.UsageError(f"ddpfaults: {where} and {seen[path]} both write {value!r}: give each its own")
+        seen[path] = where
 
 
 # -- the ddpfaults(...) marker -------------------------------------------------------------------
@@ -233,30 +281,42 @@ MARKER_LINE = (
 )
 
 
-def marker_values(markers) -> dict:
-    """Merge ``ddpfaults`` markers, closest first (the closest wins), into checked keyword values."""
+def _marker(where: str) -> str:
+    return f"ddpfaults marker of {where}" if where else "ddpfaults marker"
+
+
+def marker_values(markers, where: str = "") -> dict:
+    """Merge ``ddpfaults`` markers, closest first (the closest wins), into checked keyword values (None: not
+    set); a :class:`MarkerError` naming the test ``where`` otherwise."""
     merged: dict = {}
     for mark in markers:
         if mark.args:
             raise MarkerError(
-                f"ddpfaults marker takes keywords only ({', '.join(MARKER_KEYS)}), got positional {mark.args!r}"
+                f"{_marker(where)} takes keywords only ({', '.join(MARKER_KEYS)}), got positional {mark.args!r}"
             )
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
-                raise MarkerError(f"ddpfaults marker: unknown keyword {key!r} (known: {', '.join(MARKER_KEYS)})")
+                raise MarkerError(f"{_marker(where)}: unknown keyword {key!r} (known: {', '.join(MARKER_KEYS)})")
             merged.setdefault(key, value)
-    for key, value in merged.items():
-        if not PARAM[key].check(value):
-            raise MarkerError(f"ddpfaults marker: {key}={value!r} (expected {PARAM[key].kind})")
-    return merged
+    try:
+        return check_declared(**merged)
+    except ConfigError as exc:
+        raise MarkerError(f"{_marker(where)}: {exc}") from None
 
 
 # -- composing what one world runs with ----------------------------------------------------------
 
 
-def run_spec(settings: Settings, marks: dict) -> RunSpec:
-    """The run spec of one test's worlds: the settings, overlaid by its marker; a pinned seed beats the marker."""
-    spec = settings.spec.replace(**marks)
+def run_spec(settings: Settings, marks: dict, where: str = "") -> RunSpec:
+    """The run spec of one test's worlds: the settings, overlaid by its marker; a pinned seed beats the marker.
+    A marker that does not fit the settings (a timeout below the stall) is a :class:`MarkerError` naming ``where``."""
+    try:
+        spec = settings.spec.replace(**marks)
+    except ConfigError as exc:
+        sources = ", ".join(
+            f"{n} from {'the marker' if n in marks else settings.source(n)}" for n in ("timeout", "stall")
+        )
+        raise MarkerError(f"{_marker(where)}: {exc} ({sources})") from None
     return spec.replace(seed=settings.seed) if settings.seed_pinned else spec
 
 

@@ -2,16 +2,20 @@
 
 ``run_world``, the pytest plugin (options, environment, ini, marker), the command line and the torchrun
 worker all build a :class:`RunSpec`; a bad value raises one :class:`~ddpfaults.errors.ConfigError` subclass
-naming the setting, the value and (when given) where it came from. Also here: :class:`StopReason`, why the
-judge stopped watching a world. Imports neither torch nor pytest.
+naming the setting, the value and (when given) where it came from. What a rank function is called with
+(:func:`check_call`) and where a report may be written (:func:`output_problem`) are checked here too, before any
+world starts. Also here: :class:`StopReason`, why the judge stopped watching a world. Imports neither torch nor
+pytest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +25,7 @@ BACKENDS = ("gloo", "nccl")
 PEER_FAILURES = ("exit", "linger")
 START_METHODS = ("forkserver", "spawn", "fork")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+SEEDS = (-(2**63), 2**64 - 1)  # the range torch.manual_seed accepts (ValueError outside it, in every rank)
 
 
 def _is_int(value) -> bool:
@@ -72,7 +77,7 @@ PARAMS = (
     Param("timeout", 60.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
     Param("stall", 2.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
     Param("startup", 30.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
-    Param("seed", 0, "an int", _is_int, int),
+    Param("seed", 0, "an int from -2**63 to 2**64-1", lambda v: _is_int(v) and SEEDS[0] <= v <= SEEDS[1], int),
     Param(
         "backend",
         "gloo",
@@ -104,6 +109,83 @@ PARAMS = (
     Param("reuse", True, "true or false", lambda v: isinstance(v, bool), parse_bool),
 )
 PARAM = {p.name: p for p in PARAMS}
+
+
+def check_declared(**values) -> dict:
+    """The settings a scenario, variant or marker declares (None: not declared), each validated by its
+    :class:`Param`; ``stall`` must be below ``timeout`` when both are declared. Raises the param's error."""
+    checked = {name: PARAM[name].validate(value) for name, value in values.items() if value is not None}
+    if "stall" in checked and "timeout" in checked and checked["stall"] >= checked["timeout"]:
+        raise errors.InvalidTimeout(
+            f"stall ({checked['stall']:g} s) must be shorter than timeout ({checked['timeout']:g} s)"
+        )
+    return checked
+
+
+class _Ctx:
+    def __repr__(self) -> str:
+        return "ctx"
+
+
+def check_arguments(args=(), kwargs=None, where: str = "") -> tuple[tuple, dict]:
+    """``args`` as a tuple and ``kwargs`` as a dict, or :class:`~ddpfaults.errors.InvalidArguments` (prefixed by
+    ``where``) if ``args`` is not a list or tuple or ``kwargs`` (None: none) not a mapping with str keys."""
+    if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple, range)):
+        raise errors.InvalidArguments(f"{where}args must be a list or tuple of positional arguments, got {args!r}")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping):
+        raise errors.InvalidArguments(f"{where}kwargs must be a mapping (a dict of keyword arguments), got {kwargs!r}")
+    bad = [k for k in kwargs if not isinstance(k, str)]
+    if bad:
+        raise errors.InvalidArguments(f"{where}kwargs keys must be argument names (str), got {bad!r}")
+    return tuple(args), dict(kwargs)
+
+
+def check_call(fn, args=(), kwargs=None) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` as a tuple and a dict, once ``fn(ctx, *args, **kwargs)`` is known to bind: ``args`` a
+    sequence (not a string), ``kwargs`` a mapping with str keys, both accepted by ``fn``'s signature (a callable
+    without one, such as a builtin, is accepted). :class:`~ddpfaults.errors.InvalidArguments` otherwise."""
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    name = f"{fn.__module__}.{name}" if isinstance(getattr(fn, "__module__", None), str) else name
+    args, kwargs = check_arguments(args, kwargs, f"{name}: ")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to check (some builtins): the call itself will tell
+        return args, kwargs
+    try:
+        signature.bind(_Ctx(), *args, **kwargs)
+    except TypeError as exc:
+        given = ", ".join(["ctx", *map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        raise errors.InvalidArguments(
+            f"{name}{signature} cannot be called as {name}({given}): {exc} (a rank function is called as "
+            f"fn(ctx, *args, **kwargs))"
+        ) from None
+    return args, kwargs
+
+
+def output_problem(path, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot be written as a file (``directory``: used as a folder to write files in), or None.
+
+    Missing folders on the way are no problem (every writer creates them); the nearest existing one must be a
+    writable directory. The answer is what follows "cannot be written: " in a message."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        if not directory:
+            return "it is a directory"
+        return None if os.access(path, os.W_OK | os.X_OK) else "the directory is not writable"
+    if os.path.lexists(path):
+        if directory:
+            return "it is a file, not a directory"
+        if not os.access(path, os.W_OK):
+            return "the file is not writable"
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {parent} is not writable"
+    return None
 
 
 @dataclass(frozen=True)

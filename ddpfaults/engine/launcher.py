@@ -20,7 +20,7 @@ from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.rank.main import Job
-from ddpfaults.spec import RunSpec, StopReason
+from ddpfaults.spec import PARAM, RunSpec, StopReason, check_call, output_problem
 
 STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
 
@@ -58,8 +58,8 @@ def run_world(
     receive every rank's flight-recorder dump (``rank_0``, ``rank_1``... as torch's
     ``python -m torch.distributed.flight_recorder.fr_trace DIR`` reads them).
     """
-    if reuse is None:
-        reuse = os.environ.get("DDPFAULTS_REUSE", "1").strip().lower() not in ("0", "false", "no", "off")
+    if reuse is None and os.environ.get("DDPFAULTS_REUSE", "").strip():
+        reuse = PARAM["reuse"].from_text(os.environ["DDPFAULTS_REUSE"], "DDPFAULTS_REUSE")
     spec = local_spec(
         spec,
         world_size,
@@ -74,9 +74,10 @@ def run_world(
         reuse=reuse,
     )
     faults = check_faults(faults, spec.world_size)
+    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     fn_module = getattr(fn, "__module__", "__main__")
     work = Work(
-        payload=_pickle_payload(fn, args, kwargs or {}),
+        payload=_pickle_payload(fn, args, kwargs),
         module=fn_module,
         file=getattr(sys.modules.get(fn_module), "__file__", None),
         function=describe_function(fn),
@@ -88,11 +89,25 @@ def run_world(
 def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
     """``spec`` (else the defaults) with the given settings (None: unset) and ``world_size`` (required), validated
     for a world on this machine (gloo)."""
+    if spec is not None and not isinstance(spec, RunSpec):
+        raise errors.ConfigError(f"spec must be a ddpfaults.RunSpec, got {spec!r}")
     spec = dataclasses.replace((spec or RunSpec()).replace(**settings), world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
     capacity.check_world_size(spec.world_size)
     return spec
+
+
+def check_output_dir(path, name: str) -> None:
+    """A :class:`~ddpfaults.errors.ConfigError` naming ``name`` unless ``path`` (None: not asked for) is a folder
+    the world's dumps can be written in (or one that can be created)."""
+    if path is None:
+        return
+    if not isinstance(path, (str, os.PathLike)):
+        raise errors.ConfigError(f"{name} must be a path, got {path!r}")
+    problem = output_problem(path, directory=True)
+    if problem:
+        raise errors.ConfigError(f"{name} {os.fspath(path)!r} cannot be written: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +126,8 @@ class Work:
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
+    """``(fn, args, kwargs)`` pickled for the ranks, once ``fn`` is known to be importable by reference and to take
+    ``(ctx, *args, **kwargs)``."""
     if not callable(fn):
         raise errors.FunctionNotRunnable(f"fn must be a callable, got {fn!r}")
     qualname = getattr(fn, "__qualname__", repr(fn))
@@ -119,8 +136,9 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
             f"fn {qualname!r} cannot run in a rank process: a lambda or a function defined inside another "
             f"function cannot be pickled by reference; define it at module level"
         )
+    args, kwargs = check_call(fn, args, kwargs)
     try:
-        return pickle.dumps((fn, tuple(args), dict(kwargs)))
+        return pickle.dumps((fn, args, kwargs))
     except Exception as exc:
         raise errors.FunctionNotRunnable(
             f"fn {qualname!r} or its args cannot be pickled for the rank processes: {type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ import shlex
 import sys
 from datetime import timedelta
 
-from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
+from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult, startup_option
@@ -70,6 +70,7 @@ def run_script(
         reuse=False,
     )
     faults = check_faults(faults, spec.world_size)
+    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
@@ -96,11 +97,17 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ScriptError(
             f"run_script: give a script path or module=, exactly one (got path={path!r}, module={module!r})"
         )
-    if isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv):
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ScriptError(f"run_script: path must be the script's path, got {path!r}")
+    if module is not None and not isinstance(module, str):
+        raise ScriptError(f"run_script: module must be a module name such as 'pkg.train', got {module!r}")
+    if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
     if step_clock not in seams.STEP_CLOCKS:
         raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
     cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+    if not os.path.isdir(cwd):
+        raise ConfigError(f"run_script: cwd {cwd!r} is not a directory (the ranks' working directory)")
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
         if not os.path.isfile(path):

@@ -46,17 +46,20 @@ def write_document(path, worlds, nodeids=None) -> str:
     path = os.fspath(path)
     document = worlds if isinstance(worlds, dict) and "schema" in worlds else build_document(worlds, nodeids)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-report-", suffix=".json", dir=directory)
+    tmp = None
     try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-report-", suffix=".json", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(document, f, indent=1, ensure_ascii=False)
             f.write("\n")
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+        tmp = None
+    except OSError as exc:
+        raise ReportFileError(f"report file {path!r} cannot be written: {exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
     return path
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
 from ddpfaults.report.document import build_document, check_document
 from ddpfaults.report.html_assets import _CSS, _JS, _LEGEND
@@ -52,9 +53,13 @@ def write_html(path, worlds, nodeids=None) -> str:
     """Write the page for ``worlds`` (WorldResults, their dicts, or a whole document) to ``path``; return it."""
     document = worlds if isinstance(worlds, dict) and "schema" in worlds else build_document(worlds, nodeids)
     path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(document))
+    page = render_html(document)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as exc:
+        raise ReportFileError(f"page {path!r} cannot be written: {exc}") from None
     return path
 
 

@@ -353,7 +353,7 @@ def test_bad_option_values_are_usage_errors_naming_option_and_value(user, monkey
     result.stderr.fnmatch_lines([message])
 
 
-def test_unknown_marker_keyword_is_an_error_naming_the_keyword(user):
+def test_bad_markers_are_one_collection_error_naming_each_test_and_keyword(user):
     user.makepyfile(
         test_marked="""
 import pytest
@@ -368,11 +368,15 @@ def test_bad_value():
 """
     )
     result = user.runpytest("-p", "ddpfaults", "test_marked.py")
-    result.assert_outcomes(errors=2)
+    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
         [
-            "*ddpfaults marker: unknown keyword 'wrold_size' (known: world_size, timeout, stall, peer_failure, seed)",
-            "*ddpfaults marker: timeout='soon' (expected a positive number of seconds)",
+            "*ERROR collecting test_marked.py*",
+            "MarkerError: ddpfaults marker of test_marked.py::test_typo: unknown keyword 'wrold_size' (known: "
+            "world_size, timeout, stall, peer_failure, seed)",
+            "MarkerError: ddpfaults marker of test_marked.py::test_bad_value: timeout must be a positive number of "
+            "seconds, got 'soon'",
         ]
     )
     result.stdout.no_fnmatch_line("*never reached*")
