@@ -97,6 +97,11 @@ OPTIONS = (
         "stall", "seconds without progress, every live rank waiting, after which a world is judged hung", "SECONDS"
     ),
     _run_option(
+        "startup",
+        "limit in seconds on a world's start-up (every rank joining the process group), within the timeout",
+        "SECONDS",
+    ),
+    _run_option(
         "seed",
         "seed of every world; from the command line or DDPFAULTS_SEED it overrides markers and "
         "scenarios too, for replay",
@@ -167,6 +172,7 @@ class Settings:
     world_size: int = PARAM["world_size"].default
     timeout: float = PARAM["timeout"].default
     stall: float = PARAM["stall"].default
+    startup: float = PARAM["startup"].default
     seed: int = PARAM["seed"].default
     peer_failure: str = PARAM["peer_failure"].default
     start_method: str = PARAM["start_method"].default
@@ -194,6 +200,7 @@ class Settings:
             world_size=self.world_size,
             timeout=self.timeout,
             stall=self.stall,
+            startup=self.startup,
             seed=self.seed,
             peer_failure=self.peer_failure,
             start_method=self.start_method,
@@ -203,6 +210,7 @@ class Settings:
         """One line for pytest's report header."""
         return (
             f"ddpfaults: world_size={self.world_size} timeout={self.timeout:g}s stall={self.stall:g}s "
+            f"startup={self.startup:g}s "
             f"seed={self.seed} peer_failure={self.peer_failure} start_method={self.start_method}"
         )
 
@@ -274,9 +282,9 @@ def _check_outputs(settings: Settings, here: str) -> None:
 
 # -- the ddpfaults(...) marker -------------------------------------------------------------------
 
-MARKER_KEYS = ("world_size", "timeout", "stall", "peer_failure", "seed")
+MARKER_KEYS = ("world_size", "timeout", "stall", "startup", "peer_failure", "seed")
 MARKER_LINE = (
-    "ddpfaults(world_size=None, timeout=None, stall=None, peer_failure=None, seed=None): run this test's "
+    "ddpfaults(world_size=None, timeout=None, stall=None, startup=None, peer_failure=None, seed=None): run this test's "
     "worlds with these settings; what a scenario declares wins, --ddpfaults-seed wins over seed."
 )
 

@@ -203,6 +203,20 @@ ROWS = [
         lambda e: e.api(run_world, takes_ctx, world_size=2, timeout=0),
     ),
     Row(
+        "run-startup-zero",
+        "API",
+        "InvalidTimeout",
+        ("startup", "got 0"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, startup=0),
+    ),
+    Row(
+        "run-world-size-beyond-the-machine",
+        "API",
+        "InvalidWorldSize",
+        ("world_size=1000000 is more than this machine can hold: at most", "per rank"),
+        lambda e: e.api(run_world, takes_ctx, world_size=1_000_000),
+    ),
+    Row(
         "run-stall-zero",
         "API",
         "InvalidTimeout",
