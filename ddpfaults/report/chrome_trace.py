@@ -26,7 +26,7 @@ import tempfile
 
 from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.report.document import build_document, check_document, collective_numbers
+from ddpfaults.report.document import build_document, check_document, collective_numbers, world_status
 
 #: The schema (and version) string in every trace's ``otherData``.
 SCHEMA = "ddpfaults.trace/1"
@@ -128,6 +128,9 @@ def _summary(pid: int, world: dict) -> dict:
         summary["elapsed_s"] = world["elapsed"]
     if world.get("replay"):
         summary["replay"] = world["replay"]
+    summary["status"] = world_status(world)
+    if world.get("expectation") is not None:
+        summary["expectation"] = world["expectation"]
     return summary
 
 

@@ -1,9 +1,11 @@
 """The session report file: one JSON document holding every world's result and timeline.
 
 The document is ``{"schema": "ddpfaults.report/2", "worlds": [world, ...]}`` where each world is
-:meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it). Every
-field is described in ``docs/report-schema.md``. :func:`ddpfaults.report.html.render_html` turns a
-document into a page; ``python -m ddpfaults html report.json`` does the same from the shell.
+:meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it) and its
+``"expectation"`` (:meth:`ddpfaults.expect.Expectation.to_dict`: what the world had to do and whether it
+did; null for a world run without one). Every field is described in ``docs/report-schema.md``.
+:func:`ddpfaults.report.html.render_html` turns a document into a page; ``python -m ddpfaults html
+report.json`` does the same from the shell.
 """
 
 from __future__ import annotations
@@ -13,38 +15,48 @@ import os
 import tempfile
 
 from ddpfaults.errors import ReportFileError
+from ddpfaults.expect import Expectation
 from ddpfaults.judge.results import WorldResult
 
 #: The schema (and version) string every report document carries; see docs/report-schema.md.
 SCHEMA = "ddpfaults.report/2"
 
 
-def build_document(worlds, nodeids=None) -> dict:
+def build_document(worlds, nodeids=None, expectations=None) -> dict:
     """The report document for ``worlds`` (WorldResult objects or their ``to_dict()`` dicts).
 
     ``nodeids``, if given, is a list parallel to ``worlds`` of pytest node ids (or None); a
-    world whose node id is None gets no ``"nodeid"`` key.
+    world whose node id is None gets no ``"nodeid"`` key. ``expectations``, likewise parallel, holds
+    each world's :class:`~ddpfaults.expect.Expectation` (or its ``to_dict()``), or None for a world run
+    without one; a world dict that already has an ``"expectation"`` keeps it unless one is given here.
     """
     worlds = list(worlds)
     nodeids = [None] * len(worlds) if nodeids is None else list(nodeids)
-    if len(nodeids) != len(worlds):
-        raise ReportFileError(f"nodeids has {len(nodeids)} entries for {len(worlds)} worlds")
+    expectations = [None] * len(worlds) if expectations is None else list(expectations)
+    for name, given in (("nodeids", nodeids), ("expectations", expectations)):
+        if len(given) != len(worlds):
+            raise ReportFileError(f"{name} has {len(given)} entries for {len(worlds)} worlds")
     entries = []
-    for world, nodeid in zip(worlds, nodeids, strict=True):
+    for world, nodeid, expectation in zip(worlds, nodeids, expectations, strict=True):
         entry = world.to_dict() if isinstance(world, WorldResult) else dict(world)
         if nodeid is not None:
             entry["nodeid"] = str(nodeid)
+        if expectation is not None:
+            entry["expectation"] = expectation.to_dict() if isinstance(expectation, Expectation) else expectation
+        entry.setdefault("expectation", None)
         entries.append(entry)
     return {"schema": SCHEMA, "worlds": entries}
 
 
-def write_document(path, worlds, nodeids=None) -> str:
-    """Write the report document for ``worlds`` to ``path`` atomically (temp file + rename); return the path.
+def write_document(path, worlds, nodeids=None, expectations=None) -> str:
+    """Write the report document for ``worlds`` (as :func:`build_document` takes them) to ``path`` atomically
+    (temp file + rename); return the path.
 
     ``worlds`` may also be a whole document (a dict with ``"schema"``), which is written as is.
     """
     path = os.fspath(path)
-    document = worlds if isinstance(worlds, dict) and "schema" in worlds else build_document(worlds, nodeids)
+    is_document = isinstance(worlds, dict) and "schema" in worlds
+    document = worlds if is_document else build_document(worlds, nodeids, expectations)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-report-", suffix=".json", dir=directory)
@@ -95,6 +107,25 @@ def check_document(document, *, source: str | None = None) -> None:
     for i, world in enumerate(worlds):
         if not isinstance(world, dict) or not isinstance(world.get("ranks"), list) or "outcome" not in world:
             raise ReportFileError(f'{what}: worlds[{i}] is not a world (needs "outcome" and "ranks")')
+        expectation = world.get("expectation")
+        if expectation is not None and (
+            not isinstance(expectation, dict)
+            or not isinstance(expectation.get("held"), bool)
+            or not isinstance(expectation.get("mismatches"), list)
+        ):
+            raise ReportFileError(
+                f'{what}: worlds[{i}]["expectation"] must be null or an object with "held" (true/false) and '
+                f'"mismatches" (a list)'
+            )
+
+
+def world_status(world: dict) -> str:
+    """``"failed"`` (the world's expectation did not hold), ``"passed"`` (it held) or ``"unchecked"`` (the world
+    had no expectation: its verdict alone is neither a pass nor a failure)."""
+    expectation = world.get("expectation")
+    if expectation is None:
+        return "unchecked"
+    return "passed" if expectation.get("held") else "failed"
 
 
 def _match_key(call: dict) -> tuple:

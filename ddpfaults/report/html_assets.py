@@ -16,6 +16,10 @@ h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:1
 .muted{color:var(--mut)}pre{margin:0;padding:6px 8px;background:#f6f8fa;border:1px solid var(--line);border-radius:4px;font:11px/1.35 'DejaVu Sans Mono',monospace;white-space:pre-wrap;word-break:break-all;max-height:320px;overflow:auto}
 .badge{display:inline-block;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
 .badge.o-completed{background:var(--ok)}.badge.o-hung{background:var(--hung)}.badge.o-crashed{background:var(--crash)}
+.badge.s-failed{background:var(--crash);letter-spacing:.04em}.badge.s-passed{background:var(--ok)}.badge.s-unchecked{background:#8c959f}
+#tally{font-size:14px}.tally-head{font-size:16px}#tally[data-failed]:not([data-failed='0']) .tally-head{color:var(--crash)}
+#summary tr.s-failed td{background:#ffebe9}#summary td.expected,#summary td.differed{max-width:360px}
+#summary td.differed ul{margin:0;padding-left:16px;color:var(--crash)}#summary td.observed .cause{color:var(--mut)}
 #summary{border-collapse:collapse;width:100%;margin:10px 0 8px}
 #summary th,#summary td{border-bottom:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
 #summary th{background:#f6f8fa;font-weight:600}#summary td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -28,8 +32,10 @@ h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:1
 .sw.mkfault{width:9px;height:9px;background:#f08c00;transform:rotate(45deg)}
 .world{border-top:3px solid var(--line);padding:10px 0 16px;margin-top:8px}
 .world.o-hung{border-top-color:var(--hung)}.world.o-crashed{border-top-color:var(--crash)}.world.o-completed{border-top-color:var(--ok)}
+.world.s-failed{border-top:4px solid var(--crash);background:linear-gradient(#ffebe9,#fff 60px)}.world.s-passed{border-top-color:var(--ok)}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:1px 10px;margin:0 0 6px}
 dl.facts dt{color:var(--mut)}dl.facts dd{margin:0;word-break:break-word}dd.f-root-cause{font-weight:600}
+dd.f-differed{color:var(--crash);font-weight:600}dd.f-expected{font-weight:600}
 .controls{margin:4px 0;color:var(--mut);font-size:12px}
 .controls button{font:inherit;padding:0 7px;margin-left:2px;border:1px solid var(--line);background:#f6f8fa;border-radius:3px;cursor:pointer}
 .controls button.on{background:var(--ink);color:#fff;border-color:var(--ink)}
