@@ -5,8 +5,9 @@ Each entry becomes a :class:`~ddpfaults.judge.results.Collective`: its op (``glo
 ``all_reduce``), input sizes, the call site in the user's code (the innermost frame outside torch and
 ddpfaults' rank machinery), the step the rank was in when it was made (from the rank's step events), a note
 naming what made it when that was not the user's own call (a DDP gradient bucket, DDP's forward broadcast,
-a process group other than the default), and whether it completed (the group's ``last_completed``, or the
-entry retired).
+a process group other than the default), whether it completed (the group's ``last_completed``, or the entry
+retired), when it was issued (``time_created_ns``, wall clock) and, where the backend records it (NCCL; gloo
+does not), when it was seen completed (``time_discovered_completed_ns``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float
                 step=steps[at][1] if at >= 0 else None,
                 note=_note(entry),
                 done=_completed(entry, completed),
+                wall=created,
+                wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,
             )
         )
     return found

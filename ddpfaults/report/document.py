@@ -5,11 +5,14 @@ The document is ``{"schema": "ddpfaults.report/2", "worlds": [world, ...]}`` whe
 ``"expectation"`` (:meth:`ddpfaults.expect.Expectation.to_dict`: what the world had to do and whether it
 did; null for a world run without one). Every field is described in ``docs/report-schema.md``.
 :func:`ddpfaults.report.html.render_html` turns a document into a page; ``python -m ddpfaults html
-report.json`` does the same from the shell.
+report.json`` does the same from the shell. :func:`timeline_calls` is what both timelines (the page's
+swimlanes, the Chrome trace) draw on a rank's lane.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import os
 import tempfile
@@ -147,3 +150,101 @@ def collective_numbers(rank: dict) -> dict:
             if free:
                 numbers[event.get("seq")] = free.pop(0)
     return numbers
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineCall:
+    """One collective (or traced wait) as the timelines draw it, from the rank's ``enter``/``exit`` events or,
+    for a call only torch's flight recorder saw (DDP's own under plain DDP), from its record.
+
+    ``t0``/``t1`` are seconds since the world's start; ``t1`` is None when the call was never left (``left``
+    False) or when its end is not known (``left`` True: under gloo the flight recorder keeps only the time a
+    call was issued). ``number`` is its position among the rank's ``collectives`` (None: not one of them,
+    e.g. the process-group set-up or a store wait); ``seq`` the traced call's counter (None if untraced).
+    """
+
+    op: str
+    t0: float
+    t1: float | None
+    left: bool
+    number: int | None
+    seq: int | None
+    source: str  # "tracing" or "flight recorder"
+    shapes: list
+    site: str | None
+    step: int | None
+    note: str
+
+    def record(self) -> dict:
+        """The call as a collective dict (``op``, ``shapes``, ``site``, ``step``, ``note``, ``done``)."""
+        return {
+            "op": self.op,
+            "shapes": self.shapes,
+            "site": self.site,
+            "step": self.step,
+            "note": self.note,
+            "done": self.left,
+        }
+
+
+def world_time(wall: float, rank: dict) -> float | None:
+    """A wall-clock time (Unix seconds, the flight recorder's clock) as seconds since the world's start, by the
+    rank's nearest earlier event that carries both clocks (``t`` and ``wall``); None if no event does."""
+    pairs = sorted(
+        (e["wall"], e["t"])
+        for e in rank.get("events") or []
+        if isinstance(e.get("wall"), (int, float)) and isinstance(e.get("t"), (int, float))
+    )
+    if not pairs:
+        return None
+    at = max(bisect.bisect_right(pairs, (wall, float("inf"))) - 1, 0)
+    ref_wall, ref_t = pairs[at]
+    return round(ref_t + (wall - ref_wall), 6)
+
+
+def function_returned(rank: dict) -> bool:
+    """True if the rank's function returned (a ``finished`` event): it left every call it made, whatever its
+    flight record says (gloo may not have retired the last call in the recorder when the rank dumped it)."""
+    return any(e.get("k") == "finished" for e in rank.get("events") or [])
+
+
+def timeline_calls(rank: dict) -> list[TimelineCall]:
+    """Every call to draw on the rank's lane, in time order, each once: the traced calls (``enter`` → ``exit``),
+    then each of the rank's ``collectives`` that no traced call matched (see :func:`collective_numbers`) and
+    whose issue time (``wall``) is known, placed on the world's time axis by :func:`world_time`; such a call
+    was left if the recorder says it completed or the rank's function returned (``finished``)."""
+    numbers = collective_numbers(rank)
+    calls, traced = [], {}
+    for e in sorted(rank.get("events") or [], key=lambda e: e.get("t", 0)):
+        if e.get("k") == "enter" and isinstance(e.get("t"), (int, float)):
+            traced[e.get("seq")] = len(calls)
+            calls.append(_call(e, t0=e["t"], left=False, number=numbers.get(e.get("seq")), seq=e.get("seq")))
+        elif e.get("k") == "exit" and e.get("seq") in traced:
+            i = traced.pop(e["seq"])
+            calls[i] = dataclasses.replace(calls[i], t1=e.get("t"), left=True)
+    drawn, returned = set(numbers.values()), function_returned(rank)
+    for n, c in enumerate(rank.get("collectives") or [], 1):
+        if n not in drawn and isinstance(c.get("wall"), (int, float)):
+            t0 = world_time(c["wall"], rank)
+            if t0 is not None:
+                call = _call(c, t0=t0, left=bool(c.get("done")) or returned, number=n, source="flight recorder")
+                if call.left and isinstance(c.get("wall_end"), (int, float)):
+                    call = dataclasses.replace(call, t1=max(t0, world_time(c["wall_end"], rank)))
+                calls.append(call)
+    return sorted(calls, key=lambda call: call.t0)
+
+
+def _call(fields: dict, *, t0: float, left: bool, number, seq=None, source="tracing") -> TimelineCall:
+    return TimelineCall(
+        op=str(fields.get("op")),
+        t0=t0,
+        t1=None,
+        left=left,
+        number=number,
+        seq=seq,
+        source=source,
+        shapes=fields.get("shapes") or [],
+        site=fields.get("site"),
+        step=fields.get("step"),
+        note=fields.get("note") or "",
+    )

@@ -19,7 +19,8 @@ Nothing is loaded from the network.
 
 Stable hooks for tests: ``id="tally"`` (``data-failed``, ``data-checked``, ``data-worlds``), ``id="summary"``
 (rows ``tr[data-status][data-world]``), ``section.world[data-world][data-status]`` (status ``failed``,
-``passed``, ``unchecked``), ``.lane[data-rank]``, ``.divergence``, ``.hang-point``, ``.rank-detail[data-detail-rank]``.
+``passed``, ``unchecked``), ``.lane[data-rank]``, ``.divergence``, ``.hang-point``, ``.rank-detail[data-detail-rank]``;
+a collective block seen only by the flight recorder has class ``fr``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from __future__ import annotations
 import os
 
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
-from ddpfaults.report.document import build_document, check_document, world_status
+from ddpfaults.report.document import (
+    build_document,
+    check_document,
+    function_returned,
+    timeline_calls,
+    world_status,
+)
 from ddpfaults.report.html_assets import _CSS, _JS, _LEGEND
 from ddpfaults.report.lanes import Scale, call_text, esc, lane, short, ticks
 
@@ -135,6 +142,7 @@ def _world(index: int, w: dict) -> str:
     events = sorted(w.get("events") or [], key=lambda e: e.get("t", 0))
     verdict_t = next((e["t"] for e in events if e.get("k") == "verdict"), float(w.get("elapsed") or 0))
     all_times = [e["t"] for r in ranks for e in r.get("events") or [] if "t" in e] + [e["t"] for e in events]
+    all_times += [c.t0 for r in ranks for c in timeline_calls(r) if c.source != "tracing"]  # the recorder's calls
     end = max([verdict_t, *all_times]) if all_times else max(verdict_t, 1.0)
     stall = next((e for e in events if e.get("k") == "stall"), None)
     hang_t = None
@@ -253,12 +261,17 @@ def _detail(r: dict, divergence, is_root: bool, hidden: bool) -> str:
     div = divergence.index if divergence else None
     lo = max(0, div - 4) if div else max(0, len(calls) - 12)
     shown = calls[lo : lo + 12]
+    returned = function_returned(r)
     items = "".join(
-        f"<li value={lo + i + 1}{' class=divergent-call' if lo + i + 1 == div else ''}>{esc(call_text(c))}</li>"
+        f"<li value={lo + i + 1}{' class=divergent-call' if lo + i + 1 == div else ''}>"
+        f"{esc(call_text({**c, 'done': c.get('done') or returned}))}</li>"
         for i, c in enumerate(shown)
     )
     note = f" (#{lo + 1}–#{lo + len(shown)} of {len(calls)})" if len(shown) < len(calls) else ""
-    sections = [f"<h4>collectives{note}</h4><ol class=calls>{items}</ol>" if calls else "<h4>no collectives</h4>"]
+    source = f" · from the {esc(r['recorder'])}" if r.get("recorder") else ""
+    sections = [
+        f"<h4>collectives{note}{source}</h4><ol class=calls>{items}</ol>" if calls else "<h4>no collectives</h4>"
+    ]
     for title, text in (("stack", r.get("stack")), ("traceback", r.get("traceback"))):
         if text:
             sections.append(f"<h4>{title}</h4><pre>{esc(text.rstrip())}</pre>")

@@ -3,6 +3,7 @@
 _LEGEND = """<div class=legend><b>legend</b>
 <span><i class='sw step s0'></i>step</span><span><i class='sw coll'></i>collective</span>
 <span><i class='sw coll ddp'></i>DDP gradient bucket</span><span><i class='sw coll open'></i>entered, never left</span>
+<span><i class='sw coll ddp noend'></i>seen by the flight recorder only: issued, end not recorded</span>
 <span><i class='sw coll divergence'></i>first divergent collective</span><span><i class='sw mkfault'></i>fault fired</span>
 <span><b class=x>✕</b>error / death</span><span><i class='sw killed'></i>killed</span><span><i class='sw stall'></i>stall window</span>
 <span><i class='sw hang'></i>hang point</span><span><i class='sw verdictsw'></i>verdict</span><span>★ root cause</span></div>"""
@@ -76,9 +77,10 @@ dd.f-differed{color:var(--crash);font-weight:600}dd.f-expected{font-weight:600}
 .it.coll{top:3px;bottom:3px;background:var(--coll);color:#fff;border-radius:2px;padding-left:2px;font-size:10px;line-height:calc(var(--lane) - 7px);z-index:2;opacity:.9}
 .tl.compact .it.coll{top:2px;bottom:2px;font-size:8.5px;line-height:calc(var(--lane) - 5px)}
 .it.coll.init{background:#8c959f}.it.coll.ddp{background:var(--ddp)}
+.it.coll.noend{min-width:5px;border-radius:1px;font-size:0}.it.coll.fr{box-shadow:inset 0 0 0 1px #ffffff80}
 .it.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 5px,#ff8182 5px 10px);color:#fff;font-weight:600}
 .it.coll.divergence{outline:2px solid var(--div);outline-offset:1px;box-shadow:0 0 0 4px #e000a040;z-index:3;opacity:1}
-.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
+.sw.coll.noend{width:5px}.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
 .sw.coll.divergence{outline:2px solid var(--div);outline-offset:1px}.sw.step{background:#e7ecf3;border-left:1px solid #9aa6b2}
 .mk{position:absolute;left:var(--cl);z-index:5;transform:translateX(-50%)}.tl.linear .mk,.tl.linear .err{left:var(--ll)}
 .mk.fault{top:calc(50% - 5px);width:10px;height:10px;background:#f08c00;border:1px solid #fff;transform:translateX(-50%) rotate(45deg)}

@@ -26,7 +26,7 @@ def entry(seq, sizes, *, created, retired, backend="gloo", completed_ns=None):
 
 def test_a_collective_that_finished_before_an_earlier_one_is_done_and_times_are_kept():
     """Gloo runs a group's work on two threads: #2 (small) finished before #1 (big), so the group's
-    last_completed is 1 although #2 is done (retired); #3 is still running."""
+    last_completed is 1 although #2 is done (retired); #3 is still running. Each keeps its issue time."""
     dump = {
         "pg_status": {"0": {"last_enqueued_collective": 3, "last_completed_collective": 1}},
         "entries": [
@@ -36,7 +36,11 @@ def test_a_collective_that_finished_before_an_earlier_one_is_done_and_times_are_
         ],
     }
     found = collectives(dump, since_wall=1000.0, steps=[(1000.05, 0), (1000.25, 1)])
-    assert [(c.seq, c.done, c.step) for c in found] == [(1, True, 0), (2, True, 0), (3, False, 1)]
+    assert [(c.seq, c.done, c.step, c.wall, c.wall_end) for c in found] == [
+        (1, True, 0, 1000.1, None),
+        (2, True, 0, 1000.2, None),
+        (3, False, 1, 1000.3, None),
+    ]
     assert found[0].site == "train.py:31 in train_step"
 
 
@@ -50,4 +54,4 @@ def test_other_backends_count_a_retired_entry_as_done_only_with_its_completion()
         ],
     }
     found = collectives(dump, since_wall=None, steps=[])
-    assert [c.done for c in found] == [True, False]
+    assert [(c.done, c.wall_end) for c in found] == [(True, 1000.15), (False, None)]

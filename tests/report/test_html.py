@@ -289,6 +289,29 @@ def test_summary_lists_failed_expectations_first_not_bad_verdicts(hung4, crashed
     assert "<title>ddpfaults report: 1 of 2 failed</title>" in page
 
 
+def test_plain_ddp_lanes_draw_the_collectives_only_the_flight_recorder_saw():
+    """Plain DDP: the tracing sees no DDP collective, the flight recorder every one. Each rank's lane has one block
+    per collective of its record: DDP's construction broadcasts and its gradient buckets' all_reduces, placed in
+    the step the recorder says they were made in."""
+    result = run_world(rankfns.ddp_steps, world_size=2, kwargs={"wrap": "plain", "steps": 3}, timeout=60)
+    assert result.outcome == Outcome.COMPLETED and {r.recorder for r in result.ranks} == {"flight recorder"}
+    elements = _Elements(render_html(build_document([result])))
+    for r in result.ranks:
+        blocks = [a for _, a, _, rank in elements.items if rank == r.rank and "coll" in a.get("class", "").split()]
+        numbered = sorted(int(a["title"].split(" ", 1)[0][1:]) for a in blocks if not a["title"].startswith("#0 "))
+        assert numbered == list(range(1, len(r.collectives) + 1)), "every collective of the record, once"
+        buckets = [a for a in blocks if "[DDP gradient bucket]" in a["title"]]
+        assert len(buckets) == 3 and all({"ddp", "fr", "noend"} <= set(a["class"].split()) for a in buckets)
+        assert [f"(step {step})" in a["title"] for step, a in enumerate(buckets)] == [True] * 3
+        assert any("[DDP construction]" in a["title"] for a in blocks)
+        steps = [a for _, a, _, rank in elements.items if rank == r.rank and "step" in a.get("class", "").split()]
+        for step, bucket in enumerate(buckets):  # drawn inside its step's band, on the compressed axis
+            start = float(steps[step]["style"].split("--cl:")[1].split("%")[0])
+            width = float(steps[step]["style"].split("--cw:")[1].split("%")[0])
+            at = float(bucket["style"].split("--cl:")[1].split("%")[0])
+            assert start <= at <= start + width, (step, bucket["style"], steps[step]["style"])
+
+
 def test_cli_html_writes_the_page(tmp_path, hung4, capsys):
     report = write_document(tmp_path / "report.json", [hung4])
     assert cli(["html", report]) == 0
