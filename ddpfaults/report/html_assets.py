@@ -15,7 +15,7 @@ _CSS = """
 body{margin:0;padding:14px 18px;font:13px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:var(--ink);background:#fff}
 h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:14px;margin:4px 0}h4{font-size:12px;margin:10px 0 3px;color:var(--mut)}
 .muted{color:var(--mut)}pre{margin:0;padding:6px 8px;background:#f6f8fa;border:1px solid var(--line);border-radius:4px;font:11px/1.35 'DejaVu Sans Mono',monospace;white-space:pre-wrap;word-break:break-all;max-height:320px;overflow:auto}
-.badge{display:inline-block;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
+.badge{display:inline-block;white-space:nowrap;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
 .badge.o-completed{background:var(--ok)}.badge.o-hung{background:var(--hung)}.badge.o-crashed{background:var(--crash)}
 .badge.s-failed{background:var(--crash);letter-spacing:.04em}.badge.s-passed{background:var(--ok)}.badge.s-unchecked{background:#8c959f}
 #tally{font-size:14px}.tally-head{font-size:16px}#tally[data-failed]:not([data-failed='0']) .tally-head{color:var(--crash)}
