@@ -60,7 +60,12 @@ def _world_args(parser: argparse.ArgumentParser) -> None:
             choices=param.choices or None,
             help=f"{param.kind} (default {param.default})",
         )
-    parser.add_argument("--json", metavar="PATH", help="also write the world result as JSON to PATH")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the world, and its expectation if any, as a report document (docs/report-schema.md) to "
+        "PATH; `python -m ddpfaults html PATH` draws it",
+    )
 
 
 def _parse_kwargs(text: str | None) -> dict:
@@ -116,17 +121,37 @@ def _writable(path: str, what: str) -> str:
     return path
 
 
-def _report(result, args, expect: str | None) -> int:
+def _expect(text: str | None):
+    """The ``--expect`` option as an :class:`~ddpfaults.expect.Expect` (None without one), checked before any
+    world starts."""
+    if text is None:
+        return None
+    from ddpfaults.errors import ScenarioError
+    from ddpfaults.expect import Expect
+
+    try:
+        return Expect.parse(text)
+    except ScenarioError as exc:
+        raise ScenarioError(f"--expect: {exc}") from None
+
+
+def _report(result, args, expect) -> int:
+    """Print the world's report and, with ``expect``, whether it held; write ``--json``; return the exit code
+    (0: the expectation held, or without one the world completed)."""
+    from ddpfaults.expect import Expectation
+    from ddpfaults.report.document import write_document
+
+    expectation = Expectation.of(expect, result) if expect is not None else None
     print(result.report())
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            f.write(result.to_json(indent=2))
-    if expect is None:
+        write_document(args.json, [result], expectations=[expectation])
+    if expectation is None:
         return 0 if result.outcome == "completed" else 1
-    matched = result.outcome == expect
-    print(f"\nexpected {expect}, observed {result.outcome}: {'OK' if matched else 'MISMATCH'}")
-    return 0 if matched else 1
+    verdict = "OK" if expectation.held else "MISMATCH"
+    print(f"\nexpected {expect.describe()}, observed {result.outcome}: {verdict}")
+    for mismatch in expectation.mismatches:
+        print(f"- {mismatch}")
+    return 0 if expectation.held else 1
 
 
 def main(argv=None) -> int:
@@ -158,7 +183,13 @@ def main(argv=None) -> int:
     run.add_argument(
         "--kwargs", help="keyword arguments for the function, a Python dict literal, e.g. \"{'steps': 3}\""
     )
-    run.add_argument("--expect", choices=("completed", "hung", "crashed"))
+    run.add_argument(
+        "--expect",
+        metavar="EXPECT",
+        help="what the world must do: completed, hung or crashed, optionally followed by 'with ErrorType', "
+        "'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 1'); every fault must fire. Exit code 0 "
+        "if it held, 1 if not",
+    )
     _world_args(run)
     from ddpfaults import matrix, soak
 
@@ -200,8 +231,9 @@ def main(argv=None) -> int:
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
-            return _report(run_world(train, faults=plan, **_settings(args)), args, expect="hung")
-        return _report(_run(args, script_argv), args, args.expect)
+            return _report(run_world(train, faults=plan, **_settings(args)), args, _expect("hung"))
+        expect = _expect(args.expect)
+        return _report(_run(args, script_argv), args, expect)
     except DDPFaultsError as exc:
         print(f"ddpfaults: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

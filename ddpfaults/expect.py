@@ -94,20 +94,48 @@ class Expect:
             text += " (replicas bit-equal)"
         return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
 
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the expectation (``checks`` as their descriptions); see docs/report-schema.md."""
+        return {
+            "outcome": str(self.outcome),
+            "rank": self.rank,
+            "error": self.error,
+            "collective": self.collective,
+            "root_cause": self.root_cause,
+            "values_equal": self.values_equal,
+            "faults_fire": self.faults_fire,
+            "checks": [getattr(c, "description", repr(c)) for c in self.checks],
+        }
+
     def mismatches(self, result: WorldResult) -> list[Mismatch]:
         """Every way ``result`` differs from this expectation (empty list: it matched)."""
         found = []
         if result.outcome != self.outcome:
-            found.append(Mismatch("outcome", f"expected {self.outcome}, observed {result.outcome}"))
+            found.append(
+                Mismatch(
+                    "outcome",
+                    f"expected {self.outcome}, observed {result.outcome}",
+                    str(self.outcome),
+                    str(result.outcome),
+                )
+            )
         if self.rank is not None and result.root_rank != self.rank:
             found.append(
-                Mismatch("rank", f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}")
+                Mismatch(
+                    "rank",
+                    f"expected the root cause on rank {self.rank}, observed rank {result.root_rank}",
+                    self.rank,
+                    result.root_rank,
+                )
             )
         root = result.ranks[result.root_rank] if result.root_rank is not None else None
         if self.error is not None:
             error = (root.error or "") if root is not None else ""
             if not (error.startswith(self.error) or f"{self.error}:" in error or self.error in result.root_cause):
-                found.append(Mismatch("error", f"expected error {self.error}, observed {error or result.root_cause!r}"))
+                observed = error or result.root_cause
+                found.append(
+                    Mismatch("error", f"expected error {self.error}, observed {observed!r}", self.error, observed)
+                )
         if self.collective is not None:
             ops = result.divergence.ops() if result.divergence is not None else set()
             ops |= {c.op for c in (root.collectives if root is not None else []) if not c.done}
@@ -117,6 +145,8 @@ class Expect:
                         "collective",
                         f"expected the collective {self.collective} at fault, observed "
                         f"{sorted(ops) or 'none'} ({result.root_cause})",
+                        self.collective,
+                        tuple(sorted(ops)),
                     )
                 )
         if self.root_cause is not None and self.root_cause not in result.root_cause:
@@ -124,17 +154,27 @@ class Expect:
                 Mismatch(
                     "root_cause",
                     f"expected the root cause to mention {self.root_cause!r}, observed {result.root_cause!r}",
+                    self.root_cause,
+                    result.root_cause,
                 )
             )
         if self.values_equal and result.outcome == Outcome.COMPLETED and len(set(map(repr, result.values))) != 1:
             found.append(
-                Mismatch("values", f"expected every rank to return the same value, observed {result.values!r}")
+                Mismatch(
+                    "values",
+                    f"expected every rank to return the same value, observed {result.values!r}",
+                    "equal",
+                    tuple(map(repr, result.values)),
+                )
             )
         if self.faults_fire:
             fired = {f.index for f in result.fired}
             found += [
                 Mismatch(
-                    "fault_never_fired", f"FaultNeverFired: {fault} never fired — the scenario does not exercise it"
+                    "fault_never_fired",
+                    f"FaultNeverFired: {fault} never fired — the scenario does not exercise it",
+                    fault,
+                    "never fired",
                 )
                 for i, fault in enumerate(result.faults)
                 if i not in fired
@@ -142,9 +182,8 @@ class Expect:
         for check in self.checks:
             problem = check(result)
             if problem:
-                found.append(
-                    Mismatch("check", f"check {getattr(check, 'description', repr(check))!r} failed: {problem}")
-                )
+                name = getattr(check, "description", repr(check))
+                found.append(Mismatch("check", f"check {name!r} failed: {problem}", name, str(problem)))
         return found
 
     def verify(self, result: WorldResult) -> None:
@@ -159,13 +198,53 @@ class Expect:
 @dataclass(frozen=True)
 class Mismatch:
     """One way a world differed from its expectation: what differed (``outcome``, ``rank``, ``error``,
-    ``collective``, ``root_cause``, ``values``, ``fault_never_fired``, ``check``) and how, in words."""
+    ``collective``, ``root_cause``, ``values``, ``fault_never_fired``, ``check``), how, in words, and the
+    expected and observed values (JSON-ready: the outcomes, the ranks, the error types, the ops...)."""
 
     kind: str
     text: str
+    expected: object = None
+    observed: object = None
 
     def __str__(self) -> str:
         return self.text
+
+    def to_dict(self) -> dict:
+        """``{"kind", "text", "expected", "observed"}`` (tuples as lists)."""
+        return {
+            "kind": self.kind,
+            "text": self.text,
+            "expected": list(self.expected) if isinstance(self.expected, tuple) else self.expected,
+            "observed": list(self.observed) if isinstance(self.observed, tuple) else self.observed,
+        }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """An :class:`Expect` held against one world: every :class:`Mismatch` found (none: it held)."""
+
+    expect: Expect
+    mismatches: tuple = ()
+
+    @classmethod
+    def of(cls, expect: Expect, result: WorldResult) -> Expectation:
+        """``expect`` checked against ``result``."""
+        return cls(expect, tuple(expect.mismatches(result)))
+
+    @property
+    def held(self) -> bool:
+        """True if the world did what was expected."""
+        return not self.mismatches
+
+    def to_dict(self) -> dict:
+        """The report document's ``expectation`` object: ``expect`` (:meth:`Expect.to_dict`), ``text`` (its
+        :meth:`Expect.describe`), ``held`` and ``mismatches`` (:meth:`Mismatch.to_dict` each)."""
+        return {
+            "expect": self.expect.to_dict(),
+            "text": self.expect.describe(),
+            "held": self.held,
+            "mismatches": [m.to_dict() for m in self.mismatches],
+        }
 
 
 @dataclass(frozen=True)

@@ -168,19 +168,14 @@ def _replay(item, seed: int) -> str:
 
 def _check(item, result, expect) -> None:
     """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect``."""
-    from ddpfaults.errors import ExpectationFailed
+    from ddpfaults.expect import Expectation
 
     result.replay = _replay(item, result.seed)
-    try:
-        if expect is not None:
-            expect.verify(result)
-        mismatches = []
-    except ExpectationFailed as failed:
-        mismatches = [str(m) for m in failed.mismatches]
+    expectation = Expectation.of(expect, result) if expect is not None else None
+    mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     record = {
         "nodeid": item.nodeid,
-        "expect": expect.describe() if expect is not None else None,
-        "mismatches": mismatches,
+        "expectation": expectation.to_dict() if expectation is not None else None,
         "result": result.to_dict(),
     }
     item.stash.setdefault(_WORLDS, []).append(record)
@@ -319,7 +314,7 @@ def pytest_runtest_makereport(item):
 
         for i, record in enumerate(records, 1):
             head, sections = _report(WorldResult.from_dict(record["result"]))
-            if not record["mismatches"]:  # a mismatch already shows the head as the failure itself
+            if not (record["expectation"] or {}).get("mismatches"):  # a mismatch already shows the head itself
                 sections.insert(0, (f"ddpfaults: world {i} of {len(records)}", head))
             report.sections += sections
     return report
@@ -349,23 +344,30 @@ class _Collector:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
-        """Write ``--ddpfaults-report`` (every world of the run in one ``ddpfaults.report/2`` document),
-        ``--ddpfaults-html`` (the same worlds as one swimlane page) and ``--ddpfaults-trace`` (their
-        timelines as one Chrome Trace Event file)."""
-        worlds, nodeids = [r["result"] for _, r in self.records], [r["nodeid"] for _, r in self.records]
+        """Write ``--ddpfaults-report`` (every world of the run, with its expectation and whether it held, in
+        one ``ddpfaults.report/2`` document), ``--ddpfaults-html`` (the same worlds as one swimlane page) and
+        ``--ddpfaults-trace`` (their timelines as one Chrome Trace Event file)."""
+        if not (self.settings.report or self.settings.html or self.settings.trace):
+            return
+        from ddpfaults.report.document import build_document
+
+        records = [r for _, r in self.records]
+        document = build_document(
+            [r["result"] for r in records], [r["nodeid"] for r in records], [r["expectation"] for r in records]
+        )
         here = str(self.config.invocation_params.dir)
         if self.settings.report:
             from ddpfaults.report.document import write_document
 
-            write_document(os.path.join(here, self.settings.report), worlds, nodeids)
+            write_document(os.path.join(here, self.settings.report), document)
         if self.settings.html:
             from ddpfaults.report.html import write_html
 
-            write_html(os.path.join(here, self.settings.html), worlds, nodeids)
+            write_html(os.path.join(here, self.settings.html), document)
         if self.settings.trace:
             from ddpfaults.report.chrome_trace import write_trace
 
-            write_trace(os.path.join(here, self.settings.trace), worlds, nodeids)
+            write_trace(os.path.join(here, self.settings.trace), document)
 
     def pytest_terminal_summary(self, terminalreporter):
         """Count worlds by verdict, list the slowest; with -v and the show option, print passing worlds."""

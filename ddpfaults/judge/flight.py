@@ -5,7 +5,9 @@ Each entry becomes a :class:`~ddpfaults.judge.results.Collective`: its op (``glo
 ``all_reduce``), input sizes, the call site in the user's code (the innermost frame outside torch and
 ddpfaults' rank machinery), the step the rank was in when it was made (from the rank's step events), a note
 naming what made it when that was not the user's own call (a DDP gradient bucket, DDP's forward broadcast,
-a process group other than the default), and whether it completed (the group's ``last_completed``).
+a process group other than the default), whether it completed (the group's ``last_completed``, or the entry
+retired), when it was issued (``time_created_ns``, wall clock) and, where the backend records it (NCCL; gloo
+does not), when it was seen completed (``time_discovered_completed_ns``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ def _note(entry: dict) -> str:
     return "; ".join(notes)
 
 
+def _completed(entry: dict, last_completed: int) -> bool:
+    """True if the entry's collective completed. The group's ``last_completed`` is the last one to finish, not
+    the highest: gloo runs a group's work on two threads, so a small all_reduce issued after a big one can finish
+    first and leave ``last_completed`` behind it. Gloo retires an entry when its work finishes (``retired``);
+    other backends (NCCL) also retire one that timed out, so there ``retired`` counts only with a completion."""
+    if entry.get("collective_seq_id", 0) <= last_completed:
+        return True
+    finished = str(entry.get("profiling_name", "")).startswith("gloo:") or entry.get("time_discovered_completed_ns")
+    return bool(entry.get("retired")) and bool(finished)
+
+
 def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float, int]]) -> list[Collective]:
     """The collectives a rank made since ``since_wall`` (its job's start, wall-clock seconds), in order.
 
@@ -83,7 +96,9 @@ def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float
                 site=_site(entry.get("frames") or []),
                 step=steps[at][1] if at >= 0 else None,
                 note=_note(entry),
-                done=entry.get("collective_seq_id", 0) <= completed,
+                done=_completed(entry, completed),
+                wall=created,
+                wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,
             )
         )
     return found

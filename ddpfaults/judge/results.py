@@ -61,6 +61,8 @@ class Collective:
     step: int | None
     note: str = ""  # e.g. "DDP gradient bucket 0"
     done: bool = False
+    wall: float | None = None  # flight recorder: when the rank issued it (Unix seconds); None for a traced call
+    wall_end: float | None = None  # flight recorder: when it was seen completed (NCCL; gloo records no end)
 
     def describe(self) -> str:
         """``all_reduce([1]) at criterion.py:42 in loss (step 3)``."""

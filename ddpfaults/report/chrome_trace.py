@@ -7,7 +7,11 @@ The document is the Trace Event Format's JSON object form::
 * one process per world (``pid`` = world index + 1), named by its pytest node id (or its function) and verdict;
 * one thread per rank (``tid`` = rank, ``rank N``) holding its collectives as complete slices (``"ph": "X"``,
   entered → left; one never left lasts until the verdict, with ``args.left`` false) and its faults, errors,
-  ``log`` lines, exit and kill as thread-scoped instants (``"ph": "i"``, ``"s": "t"``);
+  ``log`` lines, exit and kill as thread-scoped instants (``"ph": "i"``, ``"s": "t"``). The collectives are
+  every call of the rank's record, each once: traced ones from their enter/exit events, and those only torch's
+  flight recorder saw (DDP's own under plain DDP; ``args.recorder`` ``"flight recorder"``) from the time it
+  stamped when the call was issued; where it recorded no end (gloo) the slice has no length
+  (``args.end_recorded`` false);
 * one thread per rank for its steps (``tid`` = 10000 + rank, ``rank N steps``): a slice from one ``step`` event
   to the next, the last until the rank's function ended (finished, failed, exited) or the verdict;
 * collectives that overlap others only partly (DDP's gradient buckets run asynchronously) go to extra threads
@@ -26,7 +30,7 @@ import tempfile
 
 from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.report.document import build_document, check_document, collective_numbers
+from ddpfaults.report.document import build_document, check_document, timeline_calls, world_status
 
 #: The schema (and version) string in every trace's ``otherData``.
 SCHEMA = "ddpfaults.trace/1"
@@ -128,6 +132,9 @@ def _summary(pid: int, world: dict) -> dict:
         summary["elapsed_s"] = world["elapsed"]
     if world.get("replay"):
         summary["replay"] = world["replay"]
+    summary["status"] = world_status(world)
+    if world.get("expectation") is not None:
+        summary["expectation"] = world["expectation"]
     return summary
 
 
@@ -149,7 +156,7 @@ def _world(pid: int, world: dict) -> tuple[list[dict], list[dict]]:
     divergence = (world.get("divergence") or {}).get("index")
     for position, r in enumerate(world.get("ranks") or []):
         rank = r.get("rank", position)
-        rank_metadata, rank_events = _rank(pid, rank, r, verdict_t, _divergent_seq(r, divergence))
+        rank_metadata, rank_events = _rank(pid, rank, r, verdict_t, divergence)
         metadata += rank_metadata
         events += rank_events
     return metadata, events
@@ -162,16 +169,12 @@ def _thread(pid: int, tid: int, name: str, sort_index: int) -> list[dict]:
     ]
 
 
-def _divergent_seq(r: dict, index) -> int | None:
-    """The ``seq`` of the ``enter`` event of the rank's first divergent collective (its ``index``-th), or None."""
-    return next((seq for seq, n in collective_numbers(r).items() if n == index), None)
-
-
-def _rank(pid: int, rank: int, r: dict, verdict_t: float, divergent_seq) -> tuple[list[dict], list[dict]]:
+def _rank(pid: int, rank: int, r: dict, verdict_t: float, divergence) -> tuple[list[dict], list[dict]]:
     """One rank's threads: collectives and instants (tid = rank, plus extra threads for partly overlapping
-    collectives), and steps (tid = STEPS_TID + rank)."""
+    collectives), and steps (tid = STEPS_TID + rank). ``divergence``: the number of the first divergent
+    collective, or None."""
     events = _timed(r.get("events"))
-    slices = _collectives(events, verdict_t, divergent_seq)
+    slices = _collectives(r, verdict_t, divergence)
     lanes = _pack(slices)
     out = []
     for s in slices:
@@ -210,30 +213,25 @@ def _rank(pid: int, rank: int, r: dict, verdict_t: float, divergent_seq) -> tupl
     return metadata, out
 
 
-def _collectives(events: list[dict], verdict_t: float, divergent_seq) -> list[dict]:
-    """One ``X`` slice per collective entered, matched with its ``exit`` by ``seq``; never left: to the verdict."""
-    calls, open_calls = [], {}
-    for e in events:
-        if e.get("k") == "enter":
-            call = {"enter": e, "exit": None}
-            calls.append(call)
-            open_calls[e.get("seq")] = call
-        elif e.get("k") == "exit" and e.get("seq") in open_calls:
-            open_calls.pop(e["seq"])["exit"] = e
+def _collectives(r: dict, verdict_t: float, divergence) -> list[dict]:
+    """One ``X`` slice per call of :func:`~ddpfaults.report.document.timeline_calls`: entered → left; never
+    left: to the verdict; a flight-recorder call whose end is not recorded: a zero-length slice when issued."""
     slices = []
-    for call in calls:
-        e, left = call["enter"], call["exit"] is not None
-        ts = _us(e["t"])
-        end = max(ts, _us(call["exit"]["t"] if left else verdict_t))
-        args = {key: e.get(key) for key in ("seq", "shapes", "site", "step", "note")}
-        args["left"] = left
-        init = e.get("op") == "init_process_group"
-        cat = "init" if init else "collective,ddp" if e.get("note") else "collective"
-        if divergent_seq is not None and not init and e.get("seq") == divergent_seq:
+    for call in timeline_calls(r):
+        ts = _us(call.t0)
+        end = _us(call.t1) if call.t1 is not None else ts if call.left else _us(verdict_t)
+        end = max(ts, end)
+        args = {"seq": call.seq, "number": call.number, "shapes": call.shapes, "site": call.site}
+        args.update(step=call.step, note=call.note, left=call.left, recorder=call.source)
+        if call.left and call.t1 is None:
+            args["end_recorded"] = False
+        init = call.op == "init_process_group"
+        cat = "init" if init else "collective,ddp" if call.note else "collective"
+        if divergence is not None and not init and call.number == divergence:
             args["first_divergent"] = True
             cat += ",divergent"
-        item = {"name": e.get("op") or "?", "cat": cat, "ph": "X", "ts": ts, "dur": round(end - ts, 3)}
-        if not left:
+        item = {"name": call.op or "?", "cat": cat, "ph": "X", "ts": ts, "dur": round(end - ts, 3)}
+        if not call.left:
             item["cname"] = "terrible"  # chrome://tracing's reserved colour for what went wrong
         slices.append({**item, "args": args, "end": end})
     return slices

@@ -1,50 +1,65 @@
 """The session report file: one JSON document holding every world's result and timeline.
 
 The document is ``{"schema": "ddpfaults.report/2", "worlds": [world, ...]}`` where each world is
-:meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it). Every
-field is described in ``docs/report-schema.md``. :func:`ddpfaults.report.html.render_html` turns a
-document into a page; ``python -m ddpfaults html report.json`` does the same from the shell.
+:meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it) and its
+``"expectation"`` (:meth:`ddpfaults.expect.Expectation.to_dict`: what the world had to do and whether it
+did; null for a world run without one). Every field is described in ``docs/report-schema.md``.
+:func:`ddpfaults.report.html.render_html` turns a document into a page; ``python -m ddpfaults html
+report.json`` does the same from the shell. :func:`timeline_calls` is what both timelines (the page's
+swimlanes, the Chrome trace) draw on a rank's lane.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import os
 import tempfile
 
 from ddpfaults.errors import ReportFileError
+from ddpfaults.expect import Expectation
 from ddpfaults.judge.results import WorldResult
 
 #: The schema (and version) string every report document carries; see docs/report-schema.md.
 SCHEMA = "ddpfaults.report/2"
 
 
-def build_document(worlds, nodeids=None) -> dict:
+def build_document(worlds, nodeids=None, expectations=None) -> dict:
     """The report document for ``worlds`` (WorldResult objects or their ``to_dict()`` dicts).
 
     ``nodeids``, if given, is a list parallel to ``worlds`` of pytest node ids (or None); a
-    world whose node id is None gets no ``"nodeid"`` key.
+    world whose node id is None gets no ``"nodeid"`` key. ``expectations``, likewise parallel, holds
+    each world's :class:`~ddpfaults.expect.Expectation` (or its ``to_dict()``), or None for a world run
+    without one; a world dict that already has an ``"expectation"`` keeps it unless one is given here.
     """
     worlds = list(worlds)
     nodeids = [None] * len(worlds) if nodeids is None else list(nodeids)
-    if len(nodeids) != len(worlds):
-        raise ReportFileError(f"nodeids has {len(nodeids)} entries for {len(worlds)} worlds")
+    expectations = [None] * len(worlds) if expectations is None else list(expectations)
+    for name, given in (("nodeids", nodeids), ("expectations", expectations)):
+        if len(given) != len(worlds):
+            raise ReportFileError(f"{name} has {len(given)} entries for {len(worlds)} worlds")
     entries = []
-    for world, nodeid in zip(worlds, nodeids, strict=True):
+    for world, nodeid, expectation in zip(worlds, nodeids, expectations, strict=True):
         entry = world.to_dict() if isinstance(world, WorldResult) else dict(world)
         if nodeid is not None:
             entry["nodeid"] = str(nodeid)
+        if expectation is not None:
+            entry["expectation"] = expectation.to_dict() if isinstance(expectation, Expectation) else expectation
+        entry.setdefault("expectation", None)
         entries.append(entry)
     return {"schema": SCHEMA, "worlds": entries}
 
 
-def write_document(path, worlds, nodeids=None) -> str:
-    """Write the report document for ``worlds`` to ``path`` atomically (temp file + rename); return the path.
+def write_document(path, worlds, nodeids=None, expectations=None) -> str:
+    """Write the report document for ``worlds`` (as :func:`build_document` takes them) to ``path`` atomically
+    (temp file + rename); return the path.
 
     ``worlds`` may also be a whole document (a dict with ``"schema"``), which is written as is.
     """
     path = os.fspath(path)
-    document = worlds if isinstance(worlds, dict) and "schema" in worlds else build_document(worlds, nodeids)
+    is_document = isinstance(worlds, dict) and "schema" in worlds
+    document = worlds if is_document else build_document(worlds, nodeids, expectations)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
@@ -98,6 +113,25 @@ def check_document(document, *, source: str | None = None) -> None:
     for i, world in enumerate(worlds):
         if not isinstance(world, dict) or not isinstance(world.get("ranks"), list) or "outcome" not in world:
             raise ReportFileError(f'{what}: worlds[{i}] is not a world (needs "outcome" and "ranks")')
+        expectation = world.get("expectation")
+        if expectation is not None and (
+            not isinstance(expectation, dict)
+            or not isinstance(expectation.get("held"), bool)
+            or not isinstance(expectation.get("mismatches"), list)
+        ):
+            raise ReportFileError(
+                f'{what}: worlds[{i}]["expectation"] must be null or an object with "held" (true/false) and '
+                f'"mismatches" (a list)'
+            )
+
+
+def world_status(world: dict) -> str:
+    """``"failed"`` (the world's expectation did not hold), ``"passed"`` (it held) or ``"unchecked"`` (the world
+    had no expectation: its verdict alone is neither a pass nor a failure)."""
+    expectation = world.get("expectation")
+    if expectation is None:
+        return "unchecked"
+    return "passed" if expectation.get("held") else "failed"
 
 
 def _match_key(call: dict) -> tuple:
@@ -119,3 +153,101 @@ def collective_numbers(rank: dict) -> dict:
             if free:
                 numbers[event.get("seq")] = free.pop(0)
     return numbers
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineCall:
+    """One collective (or traced wait) as the timelines draw it, from the rank's ``enter``/``exit`` events or,
+    for a call only torch's flight recorder saw (DDP's own under plain DDP), from its record.
+
+    ``t0``/``t1`` are seconds since the world's start; ``t1`` is None when the call was never left (``left``
+    False) or when its end is not known (``left`` True: under gloo the flight recorder keeps only the time a
+    call was issued). ``number`` is its position among the rank's ``collectives`` (None: not one of them,
+    e.g. the process-group set-up or a store wait); ``seq`` the traced call's counter (None if untraced).
+    """
+
+    op: str
+    t0: float
+    t1: float | None
+    left: bool
+    number: int | None
+    seq: int | None
+    source: str  # "tracing" or "flight recorder"
+    shapes: list
+    site: str | None
+    step: int | None
+    note: str
+
+    def record(self) -> dict:
+        """The call as a collective dict (``op``, ``shapes``, ``site``, ``step``, ``note``, ``done``)."""
+        return {
+            "op": self.op,
+            "shapes": self.shapes,
+            "site": self.site,
+            "step": self.step,
+            "note": self.note,
+            "done": self.left,
+        }
+
+
+def world_time(wall: float, rank: dict) -> float | None:
+    """A wall-clock time (Unix seconds, the flight recorder's clock) as seconds since the world's start, by the
+    rank's nearest earlier event that carries both clocks (``t`` and ``wall``); None if no event does."""
+    pairs = sorted(
+        (e["wall"], e["t"])
+        for e in rank.get("events") or []
+        if isinstance(e.get("wall"), (int, float)) and isinstance(e.get("t"), (int, float))
+    )
+    if not pairs:
+        return None
+    at = max(bisect.bisect_right(pairs, (wall, float("inf"))) - 1, 0)
+    ref_wall, ref_t = pairs[at]
+    return round(ref_t + (wall - ref_wall), 6)
+
+
+def function_returned(rank: dict) -> bool:
+    """True if the rank's function returned (a ``finished`` event): it left every call it made, whatever its
+    flight record says (gloo may not have retired the last call in the recorder when the rank dumped it)."""
+    return any(e.get("k") == "finished" for e in rank.get("events") or [])
+
+
+def timeline_calls(rank: dict) -> list[TimelineCall]:
+    """Every call to draw on the rank's lane, in time order, each once: the traced calls (``enter`` → ``exit``),
+    then each of the rank's ``collectives`` that no traced call matched (see :func:`collective_numbers`) and
+    whose issue time (``wall``) is known, placed on the world's time axis by :func:`world_time`; such a call
+    was left if the recorder says it completed or the rank's function returned (``finished``)."""
+    numbers = collective_numbers(rank)
+    calls, traced = [], {}
+    for e in sorted(rank.get("events") or [], key=lambda e: e.get("t", 0)):
+        if e.get("k") == "enter" and isinstance(e.get("t"), (int, float)):
+            traced[e.get("seq")] = len(calls)
+            calls.append(_call(e, t0=e["t"], left=False, number=numbers.get(e.get("seq")), seq=e.get("seq")))
+        elif e.get("k") == "exit" and e.get("seq") in traced:
+            i = traced.pop(e["seq"])
+            calls[i] = dataclasses.replace(calls[i], t1=e.get("t"), left=True)
+    drawn, returned = set(numbers.values()), function_returned(rank)
+    for n, c in enumerate(rank.get("collectives") or [], 1):
+        if n not in drawn and isinstance(c.get("wall"), (int, float)):
+            t0 = world_time(c["wall"], rank)
+            if t0 is not None:
+                call = _call(c, t0=t0, left=bool(c.get("done")) or returned, number=n, source="flight recorder")
+                if call.left and isinstance(c.get("wall_end"), (int, float)):
+                    call = dataclasses.replace(call, t1=max(t0, world_time(c["wall_end"], rank)))
+                calls.append(call)
+    return sorted(calls, key=lambda call: call.t0)
+
+
+def _call(fields: dict, *, t0: float, left: bool, number, seq=None, source="tracing") -> TimelineCall:
+    return TimelineCall(
+        op=str(fields.get("op")),
+        t0=t0,
+        t1=None,
+        left=left,
+        number=number,
+        seq=seq,
+        source=source,
+        shapes=fields.get("shapes") or [],
+        site=fields.get("site"),
+        step=fields.get("step"),
+        note=fields.get("note") or "",
+    )

@@ -1,4 +1,8 @@
-"""One self-contained HTML page for a report document: a summary table, then a swimlane timeline per world.
+"""One self-contained HTML page for a report document: what failed, then a swimlane timeline per world.
+
+The page opens with the tally ("3 of 40 failed": worlds whose expectation did not hold, out of those that
+had one; a world expected to crash that crashed passed) and a summary table, failed worlds first, with each
+world's expectation, its observed verdict and root cause, and what differed.
 
 A world is drawn as one lane per rank on a shared time axis: steps are bands, collectives are
 blocks from entered to left (an unfinished one runs on to the rank's death, else to the verdict),
@@ -13,8 +17,10 @@ positions are computed here and stored as CSS variables on each element, so the 
 without JavaScript; the small inline script only handles clicks, the axis toggle and zoom.
 Nothing is loaded from the network.
 
-Stable hooks for tests: ``id="summary"``, ``section.world[data-world]``, ``.lane[data-rank]``,
-``.divergence``, ``.hang-point``, ``.rank-detail[data-detail-rank]``.
+Stable hooks for tests: ``id="tally"`` (``data-failed``, ``data-checked``, ``data-worlds``), ``id="summary"``
+(rows ``tr[data-status][data-world]``), ``section.world[data-world][data-status]`` (status ``failed``,
+``passed``, ``unchecked``), ``.lane[data-rank]``, ``.divergence``, ``.hang-point``, ``.rank-detail[data-detail-rank]``;
+a collective block seen only by the flight recorder has class ``fr``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ import os
 
 from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
-from ddpfaults.report.document import build_document, check_document
+from ddpfaults.report.document import (
+    build_document,
+    check_document,
+    function_returned,
+    timeline_calls,
+    world_status,
+)
 from ddpfaults.report.html_assets import _CSS, _JS, _LEGEND
 from ddpfaults.report.lanes import Scale, call_text, esc, lane, short, ticks
 
@@ -32,21 +44,37 @@ def render_html(document: dict) -> str:
     """The whole page for a report document (see :mod:`ddpfaults.report.document`), as one HTML string."""
     check_document(document)
     worlds = list(enumerate(document["worlds"]))
-    worlds.sort(key=lambda item: (item[1].get("outcome") == "completed", item[0]))  # failures first
-    counts = {o: sum(w.get("outcome") == o for _, w in worlds) for o in ("crashed", "hung", "completed")}
-    tally = ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "no worlds"
+    worlds.sort(key=lambda item: (world_status(item[1]) != "failed", item[0]))  # failures first
+    tally = _tally([w for _, w in worlds])
+    verdicts = {o: sum(w.get("outcome") == o for _, w in worlds) for o in ("crashed", "hung", "completed")}
+    verdict_text = ", ".join(f"{n} {o}" for o, n in verdicts.items() if n) or "no worlds"
     body = [
-        f"<header class=page><h1>ddpfaults report</h1><p>{len(worlds)} world{'s' * (len(worlds) != 1)}: "
-        f"{esc(tally)} <span class=muted>· schema {esc(document['schema'])}</span></p></header>",
+        f"<header class=page><h1>ddpfaults report</h1><p id=tally data-failed={tally['failed']} "
+        f"data-checked={tally['checked']} data-worlds={len(worlds)}><b class=tally-head>{esc(tally['head'])}</b>"
+        f"{esc(tally['rest'])} <span class=muted>· verdicts: {esc(verdict_text)} · schema "
+        f"{esc(document['schema'])}</span></p></header>",
         _summary(worlds),
         _LEGEND,
         *(_world(i, w) for i, w in worlds),
     ]
     return (
-        f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>ddpfaults report: {esc(tally)}"
+        f"<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>ddpfaults report: {esc(tally['head'])}"
         f"</title><meta name=viewport content='width=device-width,initial-scale=1'>\n<style>{_CSS}</style>"
         f"</head>\n<body>\n" + "\n".join(body) + f"\n<script>{_JS}</script>\n</body></html>\n"
     )
+
+
+def _tally(worlds: list[dict]) -> dict:
+    """How many worlds failed (their expectation did not hold) out of those that had one: ``head`` ("3 of 40
+    failed"), ``rest`` (passes, worlds without an expectation), ``failed``, ``checked``."""
+    statuses = [world_status(w) for w in worlds]
+    failed, passed, unchecked = (statuses.count(s) for s in ("failed", "passed", "unchecked"))
+    checked = failed + passed
+    head = f"{failed} of {checked} failed" if checked else f"{len(worlds)} world{'s' * (len(worlds) != 1)}"
+    rest = [f"{passed} passed"] if checked else []
+    if unchecked:
+        rest.append(f"{unchecked} without an expectation" if checked else "no expectations to check")
+    return {"head": head, "rest": "".join(f" · {r}" for r in rest), "failed": failed, "checked": checked}
 
 
 def write_html(path, worlds, nodeids=None) -> str:
@@ -68,20 +96,43 @@ def _name(world: dict) -> str:
     return world.get("nodeid") or world.get("function") or "world"
 
 
+_STATUS_TEXT = {"failed": "FAILED", "passed": "passed", "unchecked": "no expectation"}
+
+
+def _status_badge(w: dict) -> str:
+    status = world_status(w)
+    return f"<span class='badge s-{status}'>{_STATUS_TEXT[status]}</span>"
+
+
+def _expected(w: dict) -> str:
+    expectation = w.get("expectation")
+    return expectation.get("text") or expectation.get("expect", {}).get("outcome", "") if expectation else ""
+
+
+def _mismatches(w: dict) -> list[dict]:
+    return list((w.get("expectation") or {}).get("mismatches") or [])
+
+
 def _summary(worlds) -> str:
     rows = []
     for i, w in worlds:
-        outcome = esc(w.get("outcome"))
+        outcome, status = esc(w.get("outcome")), world_status(w)
+        differed = "".join(f"<li>{esc(short(m.get('text'), 300))}</li>" for m in _mismatches(w))
         rows.append(
-            f"<tr class='o-{outcome}'><td><a href='#world-{i}'>#{i + 1}</a></td>"
-            f"<td class=name><a href='#world-{i}'>{esc(_name(w))}</a></td>"
-            f"<td><span class='badge o-{outcome}'>{outcome}</span></td><td class=num>{esc(w.get('world_size'))}</td>"
-            f"<td class=cause title='{esc(w.get('root_cause'))}'>{esc(short(w.get('root_cause'), 400))}</td>"
-            f"<td class=num>{float(w.get('elapsed') or 0):.2f}</td><td class=num>{esc(w.get('seed'))}</td></tr>"
+            f"<tr class='s-{status} o-{outcome}' data-status={status} data-world={i}>"
+            f"<td><a href='#world-{i}'>#{i + 1}</a></td>"
+            f"<td class=name><a href='#world-{i}'>{esc(_name(w))}</a></td><td>{_status_badge(w)}</td>"
+            f"<td class=expected>{esc(_expected(w)) or '<span class=muted>—</span>'}</td>"
+            f"<td class=observed><span class='badge o-{outcome}'>{outcome}</span> "
+            f"<span class=cause title='{esc(w.get('root_cause'))}'>{esc(short(w.get('root_cause'), 300))}</span></td>"
+            f"<td class=differed>{f'<ul>{differed}</ul>' if differed else ''}</td>"
+            f"<td class=num>{esc(w.get('world_size'))}</td><td class=num>{float(w.get('elapsed') or 0):.2f}</td></tr>"
         )
     return (
-        "<table id=summary><thead><tr><th>#</th><th>test / function</th><th>verdict</th><th>ranks</th>"
-        "<th>root cause</th><th>seconds</th><th>seed</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        "<table id=summary><thead><tr><th>#</th><th>test / function</th><th>result</th><th>expected</th>"
+        "<th>observed</th><th>what differed</th><th>ranks</th><th>seconds</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
     )
 
 
@@ -96,6 +147,7 @@ def _world(index: int, w: dict) -> str:
     events = sorted(w.get("events") or [], key=lambda e: e.get("t", 0))
     verdict_t = next((e["t"] for e in events if e.get("k") == "verdict"), float(w.get("elapsed") or 0))
     all_times = [e["t"] for r in ranks for e in r.get("events") or [] if "t" in e] + [e["t"] for e in events]
+    all_times += [c.t0 for r in ranks for c in timeline_calls(r) if c.source != "tracing"]  # the recorder's calls
     end = max([verdict_t, *all_times]) if all_times else max(verdict_t, 1.0)
     stall = next((e for e in events if e.get("k") == "stall"), None)
     hang_t = None
@@ -137,9 +189,10 @@ def _world(index: int, w: dict) -> str:
     ]
     details = [_detail(r, divergence, r.get("rank") == root, hidden=i != selected) for i, r in enumerate(ranks)]
     density = "" if len(ranks) <= 8 else " dense" if len(ranks) <= 24 else " compact"
-    outcome = esc(w.get("outcome"))
-    return f"""<section class='world o-{outcome}' id='world-{index}' data-world='{index}' data-outcome='{outcome}'>
-<h2><span class='badge o-{outcome}'>{outcome}</span> #{index + 1} {esc(_name(w))}</h2>
+    outcome, status = esc(w.get("outcome")), world_status(w)
+    return f"""<section class='world o-{outcome} s-{status}' id='world-{index}' data-world='{index}'
+ data-outcome='{outcome}' data-status='{status}'>
+<h2>{_status_badge(w)} <span class='badge o-{outcome}'>{outcome}</span> #{index + 1} {esc(_name(w))}</h2>
 {_facts(w)}
 <div class=controls>time axis <button type=button data-axis=compressed class=on>compressed</button><button type=button
  data-axis=linear>linear</button> · zoom <button type=button data-zoom=out>−</button><button type=button
@@ -156,7 +209,11 @@ def _world(index: int, w: dict) -> str:
 
 
 def _facts(w: dict) -> str:
+    expectation = w.get("expectation")
     rows = [
+        ("expected", (_expected(w) + ("" if expectation["held"] else " — did not hold")) if expectation else None),
+        ("observed", f"{w.get('outcome')}: {w.get('root_cause')}" if expectation else None),
+        *((f"differed: {m.get('kind')}", m.get("text")) for m in _mismatches(w)),
         (
             "world",
             f"{w.get('world_size')} ranks · {w.get('backend', 'gloo')} · seed {w.get('seed')} · "
@@ -177,8 +234,12 @@ def _facts(w: dict) -> str:
             rows.append(("replay", replay_line(WorldResult.from_dict(w))))
         except (KeyError, TypeError, ValueError):
             pass
-    items = "".join(f"<dt>{esc(k)}</dt><dd class='f-{k.replace(' ', '-')}'>{esc(v)}</dd>" for k, v in rows if v)
+    items = "".join(f"<dt>{esc(k)}</dt><dd class='f-{_slug(k)}'>{esc(v)}</dd>" for k, v in rows if v)
     return f"<dl class=facts>{items}</dl>"
+
+
+def _slug(key: str) -> str:
+    return key.split(":", 1)[0].replace(" ", "-")
 
 
 def _fired(w: dict) -> str:
@@ -205,12 +266,17 @@ def _detail(r: dict, divergence, is_root: bool, hidden: bool) -> str:
     div = divergence.index if divergence else None
     lo = max(0, div - 4) if div else max(0, len(calls) - 12)
     shown = calls[lo : lo + 12]
+    returned = function_returned(r)
     items = "".join(
-        f"<li value={lo + i + 1}{' class=divergent-call' if lo + i + 1 == div else ''}>{esc(call_text(c))}</li>"
+        f"<li value={lo + i + 1}{' class=divergent-call' if lo + i + 1 == div else ''}>"
+        f"{esc(call_text({**c, 'done': c.get('done') or returned}))}</li>"
         for i, c in enumerate(shown)
     )
     note = f" (#{lo + 1}–#{lo + len(shown)} of {len(calls)})" if len(shown) < len(calls) else ""
-    sections = [f"<h4>collectives{note}</h4><ol class=calls>{items}</ol>" if calls else "<h4>no collectives</h4>"]
+    source = f" · from the {esc(r['recorder'])}" if r.get("recorder") else ""
+    sections = [
+        f"<h4>collectives{note}{source}</h4><ol class=calls>{items}</ol>" if calls else "<h4>no collectives</h4>"
+    ]
     for title, text in (("stack", r.get("stack")), ("traceback", r.get("traceback"))):
         if text:
             sections.append(f"<h4>{title}</h4><pre>{esc(text.rstrip())}</pre>")

@@ -3,6 +3,7 @@
 _LEGEND = """<div class=legend><b>legend</b>
 <span><i class='sw step s0'></i>step</span><span><i class='sw coll'></i>collective</span>
 <span><i class='sw coll ddp'></i>DDP gradient bucket</span><span><i class='sw coll open'></i>entered, never left</span>
+<span><i class='sw coll ddp noend'></i>seen by the flight recorder only: issued, end not recorded</span>
 <span><i class='sw coll divergence'></i>first divergent collective</span><span><i class='sw mkfault'></i>fault fired</span>
 <span><b class=x>✕</b>error / death</span><span><i class='sw killed'></i>killed</span><span><i class='sw stall'></i>stall window</span>
 <span><i class='sw hang'></i>hang point</span><span><i class='sw verdictsw'></i>verdict</span><span>★ root cause</span></div>"""
@@ -14,8 +15,12 @@ _CSS = """
 body{margin:0;padding:14px 18px;font:13px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:var(--ink);background:#fff}
 h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:14px;margin:4px 0}h4{font-size:12px;margin:10px 0 3px;color:var(--mut)}
 .muted{color:var(--mut)}pre{margin:0;padding:6px 8px;background:#f6f8fa;border:1px solid var(--line);border-radius:4px;font:11px/1.35 'DejaVu Sans Mono',monospace;white-space:pre-wrap;word-break:break-all;max-height:320px;overflow:auto}
-.badge{display:inline-block;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
+.badge{display:inline-block;white-space:nowrap;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
 .badge.o-completed{background:var(--ok)}.badge.o-hung{background:var(--hung)}.badge.o-crashed{background:var(--crash)}
+.badge.s-failed{background:var(--crash);letter-spacing:.04em}.badge.s-passed{background:var(--ok)}.badge.s-unchecked{background:#8c959f}
+#tally{font-size:14px}.tally-head{font-size:16px}#tally[data-failed]:not([data-failed='0']) .tally-head{color:var(--crash)}
+#summary tr.s-failed td{background:#ffebe9}#summary td.expected,#summary td.differed{max-width:360px}
+#summary td.differed ul{margin:0;padding-left:16px;color:var(--crash)}#summary td.observed .cause{color:var(--mut)}
 #summary{border-collapse:collapse;width:100%;margin:10px 0 8px}
 #summary th,#summary td{border-bottom:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
 #summary th{background:#f6f8fa;font-weight:600}#summary td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -28,8 +33,10 @@ h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:1
 .sw.mkfault{width:9px;height:9px;background:#f08c00;transform:rotate(45deg)}
 .world{border-top:3px solid var(--line);padding:10px 0 16px;margin-top:8px}
 .world.o-hung{border-top-color:var(--hung)}.world.o-crashed{border-top-color:var(--crash)}.world.o-completed{border-top-color:var(--ok)}
+.world.s-failed{border-top:4px solid var(--crash);background:linear-gradient(#ffebe9,#fff 60px)}.world.s-passed{border-top-color:var(--ok)}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:1px 10px;margin:0 0 6px}
 dl.facts dt{color:var(--mut)}dl.facts dd{margin:0;word-break:break-word}dd.f-root-cause{font-weight:600}
+dd.f-differed{color:var(--crash);font-weight:600}dd.f-expected{font-weight:600}
 .controls{margin:4px 0;color:var(--mut);font-size:12px}
 .controls button{font:inherit;padding:0 7px;margin-left:2px;border:1px solid var(--line);background:#f6f8fa;border-radius:3px;cursor:pointer}
 .controls button.on{background:var(--ink);color:#fff;border-color:var(--ink)}
@@ -70,9 +77,10 @@ dl.facts dt{color:var(--mut)}dl.facts dd{margin:0;word-break:break-word}dd.f-roo
 .it.coll{top:3px;bottom:3px;background:var(--coll);color:#fff;border-radius:2px;padding-left:2px;font-size:10px;line-height:calc(var(--lane) - 7px);z-index:2;opacity:.9}
 .tl.compact .it.coll{top:2px;bottom:2px;font-size:8.5px;line-height:calc(var(--lane) - 5px)}
 .it.coll.init{background:#8c959f}.it.coll.ddp{background:var(--ddp)}
+.it.coll.noend{min-width:5px;border-radius:1px;font-size:0}.it.coll.fr{box-shadow:inset 0 0 0 1px #ffffff80}
 .it.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 5px,#ff8182 5px 10px);color:#fff;font-weight:600}
 .it.coll.divergence{outline:2px solid var(--div);outline-offset:1px;box-shadow:0 0 0 4px #e000a040;z-index:3;opacity:1}
-.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
+.sw.coll.noend{width:5px}.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
 .sw.coll.divergence{outline:2px solid var(--div);outline-offset:1px}.sw.step{background:#e7ecf3;border-left:1px solid #9aa6b2}
 .mk{position:absolute;left:var(--cl);z-index:5;transform:translateX(-50%)}.tl.linear .mk,.tl.linear .err{left:var(--ll)}
 .mk.fault{top:calc(50% - 5px);width:10px;height:10px;background:#f08c00;border:1px solid #fff;transform:translateX(-50%) rotate(45deg)}

@@ -10,7 +10,7 @@ from bisect import bisect_right
 from html import escape
 
 from ddpfaults.judge.results import RankState
-from ddpfaults.report.document import collective_numbers
+from ddpfaults.report.document import timeline_calls
 
 GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
 DEAD = (str(RankState.RAISED), str(RankState.DIED))
@@ -126,7 +126,7 @@ def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float
     rank, state = r.get("rank"), str(r.get("state"))
     times = RankTimes(r, verdict_t, end)
     parts = _life_and_steps(times, scale, rank)
-    parts += _collectives(times, scale, rank, divergence, collective_numbers(r))
+    parts += _collectives(r, times, scale, divergence)
     div_index = divergence.index if divergence else None
     if div_index and result is not None and len(result.collectives) < div_index and state not in DEAD:
         skipped = [
@@ -188,7 +188,7 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
             item("it after failed", scale, times.failed["t"], times.life_end, "raised; waiting to exit or lingering")
         )
     steps = [e for e in times.events if e.get("k") == "step"]
-    for e, nxt in zip(steps, steps[1:] + [None], strict=True):
+    for e, nxt in zip(steps, [*steps[1:], None][: len(steps)], strict=True):  # a rank may have no step at all
         t1 = nxt["t"] if nxt else max(times.stop, e["t"])
         parts.append(
             item(
@@ -203,33 +203,34 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
     return parts
 
 
-def _collectives(times: RankTimes, scale: Scale, rank, divergence, numbers: dict) -> list[str]:
-    """One block per collective, entered → left; never left: to the rank's death, else to the verdict.
-    ``numbers`` maps each call's ``seq`` to its number among the rank's collectives (the reports' numbering)."""
-    calls = {}
-    for e in times.events:
-        if e.get("k") == "enter":
-            calls[e.get("seq")] = {"enter": e, "t1": None, "index": numbers.get(e.get("seq"))}
-        elif e.get("k") == "exit" and e.get("seq") in calls:
-            calls[e["seq"]]["t1"] = e["t"]
+def _collectives(r: dict, times: RankTimes, scale: Scale, divergence) -> list[str]:
+    """One block per call of :func:`~ddpfaults.report.document.timeline_calls`: entered → left; never left: to
+    the rank's death, else to the verdict; a flight-recorder call whose end is not recorded: a thin block at the
+    time it was issued. Blocks are labelled with the call's number among the rank's collectives."""
     parts = []
-    for call in calls.values():
-        e, idx, t1 = call["enter"], call["index"], call["t1"]
-        init = e.get("op") == "init_process_group"
-        cls = "it coll" + (" init" if init else "") + (" ddp" if e.get("note") else "")
-        what = call_text({**e, "done": True})
-        if t1 is None:
+    for call in timeline_calls(r):
+        init = call.op == "init_process_group"
+        recorded = call.source == "flight recorder"
+        cls = "it coll" + (" init" if init else "") + (" ddp" if call.note else "") + (" fr" if recorded else "")
+        what = call_text({**call.record(), "done": True}) + (" — from the flight recorder" if recorded else "")
+        began = f"{'issued' if recorded else 'entered'} {call.t0:.3f} s"
+        t1 = call.t1
+        if not call.left:
             t1 = times.death if times.death is not None else times.verdict_t
             cls += " open"
             inside = "died inside it" if times.death is not None else "still inside at the verdict"
-            how = f"entered {e['t']:.3f} s, never left ({inside})"
+            how = f"{began}, never left ({inside})"
+        elif t1 is None:
+            t1 = call.t0
+            cls += " noend"
+            how = f"{began}, completed (the recorder keeps no end time)"
         else:
-            how = f"entered {e['t']:.3f} s, left {t1:.3f} s ({seconds_text(t1 - e['t'])})"
-        if divergence is not None and idx is not None and idx == divergence.index:
-            cls += " divergence" + (" odd" if rank in divergence.odd_ranks else "")
+            how = f"{began}, left {t1:.3f} s ({seconds_text(t1 - call.t0)})"
+        if divergence is not None and call.number is not None and call.number == divergence.index:
+            cls += " divergence" + (" odd" if r.get("rank") in divergence.odd_ranks else "")
             how += " — FIRST DIVERGENT COLLECTIVE"
-        label = "init" if init else f"#{idx} {e.get('op')}" if idx is not None else str(e.get("op"))
-        parts.append(item(cls, scale, e["t"], t1, f"#{idx or 0} {what}: {how}", label))
+        label = "init" if init else f"#{call.number} {call.op}" if call.number is not None else call.op
+        parts.append(item(cls, scale, call.t0, max(t1, call.t0), f"#{call.number or 0} {what}: {how}", label))
     return parts
 
 

@@ -56,6 +56,7 @@ from datetime import timedelta
 
 # light imports only: torch is imported after the signal mask is set (main)
 from ddpfaults.errors import DDPFaultsError
+from ddpfaults.expect import Expectation
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import describe_function
 from ddpfaults.report.document import write_document
@@ -264,12 +265,13 @@ def judge_world(store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
         )
         if result is None:
             return  # another rank took the seat
-        mismatches = case.expect.mismatches(result)
+        expectation = Expectation.of(case.expect, result)
+        mismatches = expectation.mismatches
         verdict = "OK" if not mismatches else "MISMATCH"
         lines = [result.report(), "", f"expected {case.expect.describe()}, observed {result.outcome}: {verdict}"]
         print("\n".join(lines + [f"- {m}" for m in mismatches]), flush=True)
         if args.report:
-            write_document(args.report, [result], nodeids=[args.spec])
+            write_document(args.report, [result], nodeids=[args.spec], expectations=[expectation])
         code = 1 if not mismatches else 2
     except Exception:  # noqa: BLE001 - a judge failure still ends the world (verdict 3, every rank exits 1)
         traceback.print_exc()

@@ -192,7 +192,8 @@ def test_cli_runs_a_script_with_argv_after_the_dashes(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "root cause: rank 1" in done.stdout and "expected crashed, observed crashed: OK" in done.stdout
-    assert json.loads(out.read_text())["kwargs"] == "--batches 3"
+    (world,) = json.loads(out.read_text())["worlds"]  # a report document (docs/report-schema.md)
+    assert world["kwargs"] == "--batches 3" and world["expectation"]["held"] is True
 
 
 def test_cli_refuses_code_in_faults():

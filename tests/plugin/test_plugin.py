@@ -218,6 +218,21 @@ def test_xdist_two_workers_json_report_holds_every_world(user):
         "scenario_user.py::skips_a_collective",
     ]
     assert all(len(w["ranks"]) == 2 for w in document["worlds"])
+    expectations = {w["nodeid"]: w["expectation"] for w in document["worlds"]}
+    assert {nodeid: (e["text"], e["held"]) for nodeid, e in expectations.items()} == {
+        "scenario_user.py::completes": ("completed", True),
+        "scenario_user.py::crashes[claims_completed]": ("completed", False),
+        "scenario_user.py::crashes[exit]": ("crashed with KeyError on rank 1", True),
+        "scenario_user.py::skips_a_collective": ("completed", False),
+    }
+    assert expectations["scenario_user.py::crashes[claims_completed]"]["mismatches"] == [
+        {
+            "kind": "outcome",
+            "text": "expected completed, observed crashed",
+            "expected": "completed",
+            "observed": "crashed",
+        }
+    ]
     read_document(user.path / "worlds.json")  # a valid ddpfaults.report/2 document
     assert len(assert_no_orphans(document)) == 8
 
@@ -227,6 +242,9 @@ def test_html_report_holds_every_world_with_one_lane_per_rank(user):
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["HTML report: out/worlds.html"])
     page = (user.path / "out" / "worlds.html").read_text()
+    assert "<b class=tally-head>2 of 4 failed</b> · 2 passed" in page, "failed expectations, not bad verdicts"
+    statuses = re.findall(r"<tr class='s-(\w+)", page)
+    assert statuses == ["failed", "failed", "passed", "passed"], "the two failed worlds first"
     assert re.search(r"class='[^']*\bdivergence\b", page), "the hung world's first divergent collective is marked"
     for world in document["worlds"]:
         assert world["nodeid"] in page
@@ -423,6 +441,12 @@ def test_expected_hang(ddp_world):
         ]
     )
     assert {w["seed"] for w in document["worlds"]} == {11}
+    expectations = {w["nodeid"].split("::")[1]: w["expectation"] for w in document["worlds"]}
+    assert expectations["test_marker"] is None and expectations["test_asserted_hang"] is None, "no expect: null"
+    assert (expectations["test_expected_hang"]["text"], expectations["test_expected_hang"]["held"]) == (
+        "hung in all_reduce",
+        True,
+    )
     assert_no_orphans(document)
 
 

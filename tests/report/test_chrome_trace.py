@@ -18,7 +18,7 @@ from ddpfaults.__main__ import main as cli
 from ddpfaults.errors import ReportFileError
 from ddpfaults.faults import SkippedCollective
 from ddpfaults.report.chrome_trace import SCHEMA, STEPS_TID, trace_document, write_trace
-from ddpfaults.report.document import read_document, write_document
+from ddpfaults.report.document import collective_numbers, read_document, world_time, write_document
 from pluginruns import assert_no_orphans, isolate, run
 
 EPS = 1e-3  # microseconds: times are rounded to nanoseconds
@@ -107,11 +107,25 @@ def check_against_events(document: dict, worlds: list[dict]) -> None:
         for r in world["ranks"]:
             rank = r["rank"]
             mine = [e for e in events if e["pid"] == pid and e["tid"] % STEPS_TID == rank and e.get("s") != "p"]
-            colls = {e["args"]["seq"]: e for e in mine if e["ph"] == "X" and e["tid"] != STEPS_TID + rank}
+            slices = [e for e in mine if e["ph"] == "X" and e["tid"] != STEPS_TID + rank]
+            traced = [e for e in slices if e["args"]["recorder"] == "tracing"]
+            colls = {e["args"]["seq"]: e for e in traced}
             kinds = sorted(r["events"], key=lambda e: e["t"])
             exits = {e["seq"]: e["t"] for e in kinds if e["k"] == "exit"}
             enters = [e for e in kinds if e["k"] == "enter"]
-            assert sorted(colls) == sorted(e["seq"] for e in enters)
+            assert sorted(e["args"]["seq"] for e in traced) == sorted(e["seq"] for e in enters), "each traced call once"
+            matched = collective_numbers(r)
+            recorded = [e for e in slices if e["args"]["recorder"] == "flight recorder"]
+            assert len(traced) + len(recorded) == len(slices)
+            assert sorted(e["args"]["number"] for e in recorded) == [
+                n for n, c in enumerate(r["collectives"], 1) if n not in matched.values() and c.get("wall") is not None
+            ], "every collective only the recorder saw, once; none a traced call already drew"
+            for e in recorded:
+                call = r["collectives"][e["args"]["number"] - 1]
+                assert e["ts"] == pytest.approx(world_time(call["wall"], r) * 1e6, abs=EPS)
+                returned = any(x["k"] == "finished" for x in r["events"])
+                assert (e["name"], e["args"]["note"]) == (call["op"], call["note"])
+                assert e["args"]["left"] is (call["done"] or returned)
             for e in enters:
                 c = colls[e["seq"]]
                 assert c["name"] == e["op"]
@@ -361,6 +375,60 @@ def test_the_first_divergent_collective_is_found_among_calls_the_events_do_not_t
     assert flagged == {1: [], 2: [2], 3: [3], 4: [4], 5: []}
 
 
+def recorded_world(outcome="completed") -> dict:
+    """One rank; its ``collectives`` come from the flight recorder (``wall`` times). The wall clock steps forward
+    1000 s between two events (an NTP step): recorder times map through the nearest earlier event's two clocks.
+    #1 DDP construction, recorder only; #2 the traced all_reduce; #3 a DDP bucket whose end was recorded (NCCL);
+    #4 a DDP bucket the recorder never saw complete: open in the hung world; in the completed one the rank's
+    function returned, so it was left (gloo had not yet retired it in the recorder when the rank dumped it)."""
+    site, ddp = "train.py:31 in train_step", {"site": "train.py:40 in train_step", "step": 0, "shapes": [[4]]}
+    events = [
+        {"k": "start", "t": 0.01, "wall": 1000.01},
+        {"k": "step", "t": 0.1, "step": 0, "wall": 1000.1},
+        {**enter(2, 0.2, 0, site=site), "wall": 1000.2},
+        {"k": "exit", "t": 0.3, "seq": 2, "wall": 2000.3},  # the wall clock stepped by 1000 s before this event
+        {"k": "finished", "t": 0.5, "step": 0, "wall": 2000.5},
+    ]
+    calls = [
+        {"seq": 1, "op": "broadcast", "shapes": [[6]], "site": site, "step": None, "note": "DDP construction"},
+        {"seq": 2, "op": "all_reduce", "shapes": [[4]], "site": site, "step": 0, "note": ""},
+        {"seq": 3, "op": "all_reduce", "note": "DDP gradient bucket", **ddp},
+        {"seq": 4, "op": "all_reduce", "note": "DDP gradient bucket", **ddp},
+    ]
+    walls = [(1000.05, None, True), (1000.201, None, True), (2000.35, 2000.4, True), (2000.45, None, False)]
+    for call, (wall, wall_end, done) in zip(calls, walls, strict=True):
+        call.update(wall=wall, wall_end=wall_end, done=done)
+    state = RankState.FINISHED if outcome == "completed" else RankState.BLOCKED
+    if outcome != "completed":
+        events.pop()  # no "finished": the rank still waits
+    world = world_of(outcome, [RankResult(rank=0, state=state, events=events)], [{"k": "verdict", "t": 0.9}])
+    world = world.to_dict()
+    world["ranks"][0]["collectives"], world["ranks"][0]["recorder"] = calls, "flight recorder"
+    return world
+
+
+def test_calls_only_the_flight_recorder_saw_are_drawn_once_on_the_worlds_clock():
+    completed, hung = recorded_world(), recorded_world("hung")
+    hung["divergence"] = {"index": 3, "groups": [], "odd_ranks": [0]}
+    document = trace_document([completed, hung])
+    check_trace(document, [completed, hung])
+    check_against_events(document, [completed, hung])
+    slices = [e for e in document["traceEvents"] if e["ph"] == "X" and e["cat"] != "step" and e["pid"] == 2]
+    drawn = [(e["args"]["number"], e["args"]["recorder"], e["ts"], e["dur"], e["args"]["left"]) for e in slices]
+    assert drawn == [
+        (1, "flight recorder", pytest.approx(50000), 0, True),  # issued, no end recorded: no length
+        (2, "tracing", pytest.approx(200000), pytest.approx(100000), True),  # drawn once, from its events
+        (3, "flight recorder", pytest.approx(350000), pytest.approx(50000), True),  # 2000.35 s is 0.35 s, not -999.6
+        (4, "flight recorder", pytest.approx(450000), pytest.approx(450000), False),  # never completed: to the verdict
+    ]
+    assert [e["args"].get("end_recorded") for e in slices] == [False, None, None, None]
+    assert [e["args"].get("first_divergent", False) for e in slices] == [False, False, True, False]
+    assert slices[3]["cname"] == "terrible" and slices[0]["cat"] == "collective,ddp"
+    finished = [e for e in document["traceEvents"] if e["ph"] == "X" and e["cat"] != "step" and e["pid"] == 1]
+    assert [(e["args"]["number"], e["args"]["left"], e["dur"]) for e in finished][3] == (4, True, 0)
+    assert "cname" not in finished[3] and finished[3]["args"]["end_recorded"] is False
+
+
 def test_a_world_without_events_still_has_its_tracks():
     world = world_of("completed", [RankResult(rank=r, state=RankState.FINISHED) for r in range(3)], [], elapsed=0.5)
     document = trace_document(world, "t.py::one")  # one world, one node id
@@ -431,6 +499,62 @@ def test_real_hung_world(tmp_path, hung4):
     assert document["otherData"]["worlds"][0]["outcome"] == "hung"
     report = write_document(tmp_path / "r.json", [hung4], ["tests/t.py::test_hang"])
     assert trace_document(read_document(report)) == document, "the same trace from the report file"
+
+
+def ddp_world_of(wrap: str) -> WorldResult:
+    result = run_world(rankfns.ddp_steps, world_size=2, kwargs={"wrap": wrap, "steps": 3}, timeout=60)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert all(r.recorder == "flight recorder" for r in result.ranks), result.report()
+    return result
+
+
+@pytest.fixture(scope="module")
+def plain_ddp():
+    """Plain DistributedDataParallel, 3 steps: the tracing sees none of DDP's collectives, the recorder all."""
+    return ddp_world_of("plain")
+
+
+@pytest.fixture(scope="module")
+def ctx_ddp():
+    """ctx.ddp, 3 steps: the tracing sees the gradient buckets' all_reduces, the recorder every collective."""
+    return ddp_world_of("ctx")
+
+
+def test_real_plain_ddp_world_has_the_gradient_buckets_the_recorder_saw(plain_ddp):
+    world = plain_ddp.to_dict()
+    document = check_trace(trace_document([plain_ddp]), [world])
+    check_against_events(document, [world])
+    for r in world["ranks"]:
+        assert not [e for e in r["events"] if e["k"] == "enter" and e["op"] != "init_process_group"], "none traced"
+        slices = [e for e in document["traceEvents"] if e["ph"] == "X" and e["tid"] % STEPS_TID == r["rank"]]
+        slices = [e for e in slices if e["tid"] != STEPS_TID + r["rank"]]
+        buckets = [e for e in slices if e["args"]["note"] == "DDP gradient bucket"]
+        assert [(e["name"], e["args"]["step"], e["cat"]) for e in buckets] == [
+            ("all_reduce", step, "collective,ddp") for step in (0, 1, 2)
+        ]
+        assert sorted(e["args"]["number"] for e in slices if e["name"] != "init_process_group") == list(
+            range(1, len(r["collectives"]) + 1)
+        ), "every collective of the record, once"
+        steps = sorted(e["t"] for e in r["events"] if e["k"] in ("step", "finished"))
+        for bucket in buckets:  # on the world's clock: inside the step the recorder says it was made in
+            step = bucket["args"]["step"]
+            assert steps[step] * 1e6 - EPS <= bucket["ts"] <= steps[step + 1] * 1e6 + EPS, (bucket, steps)
+
+
+def test_real_ctx_ddp_world_draws_each_collective_once_and_the_clocks_agree(ctx_ddp):
+    world = ctx_ddp.to_dict()
+    document = check_trace(trace_document([ctx_ddp]), [world])
+    check_against_events(document, [world])
+    for r in world["ranks"]:
+        slices = [e for e in document["traceEvents"] if e["ph"] == "X" and e["tid"] % STEPS_TID == r["rank"]]
+        calls = [e for e in slices if e["tid"] != STEPS_TID + r["rank"] and e["name"] != "init_process_group"]
+        assert sorted(e["args"]["number"] for e in calls) == list(range(1, len(r["collectives"]) + 1))
+        traced = [e for e in calls if e["args"]["recorder"] == "tracing"]
+        assert [e["args"]["note"] for e in traced] == ["DDP gradient bucket 0"] * 3, "the buckets: from the tracing"
+        events = {(e["k"], e.get("seq")): e["t"] for e in r["events"] if e["k"] in ("enter", "exit")}
+        for seq, n in collective_numbers(r).items():  # the recorder stamped each call between its enter and exit
+            issued = world_time(r["collectives"][n - 1]["wall"], r)
+            assert events[("enter", seq)] - 1e-4 <= issued <= events[("exit", seq)] + 1e-4, (seq, n, issued)
 
 
 # -- the pytest option, end to end -------------------------------------------------------------------------

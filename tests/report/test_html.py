@@ -16,6 +16,7 @@ import torch
 import rankfns
 from ddpfaults import DDPFaultsError, Outcome, WorldResult, run_world
 from ddpfaults.__main__ import main as cli
+from ddpfaults.expect import Expect, Expectation
 from ddpfaults.faults import RankCrash, SkippedCollective
 from ddpfaults.judge.verdict import first_divergence
 from ddpfaults.report.document import SCHEMA, ReportFileError, build_document, read_document, write_document
@@ -181,7 +182,7 @@ def test_document_round_trips_real_worlds(tmp_path, hung4, crashed4):
 
 def test_build_document_takes_dicts_and_checks_nodeids(hung4):
     document = build_document([hung4.to_dict()], nodeids=["a::b"])
-    assert document == {"schema": SCHEMA, "worlds": [{**hung4.to_dict(), "nodeid": "a::b"}]}
+    assert document == {"schema": SCHEMA, "worlds": [{**hung4.to_dict(), "nodeid": "a::b", "expectation": None}]}
     with pytest.raises(ReportFileError, match="nodeids has 2 entries for 1 worlds"):
         build_document([hung4], nodeids=["a", "b"])
 
@@ -199,8 +200,12 @@ def test_build_document_takes_dicts_and_checks_nodeids(hung4):
         ),
         ('{"schema": "ddpfaults.report/2", "worlds": {}}', '"worlds" must be a list'),
         ('{"schema": "ddpfaults.report/2", "worlds": [{"outcome": "hung"}]}', "worlds[0] is not a world"),
+        (
+            '{"schema": "ddpfaults.report/2", "worlds": [{"outcome": "hung", "ranks": [], "expectation": "hung"}]}',
+            'worlds[0]["expectation"] must be null or an object',
+        ),
     ],
-    ids=["missing", "bad-json", "not-object", "no-schema", "other-version", "worlds-not-list", "not-a-world"],
+    ids=["missing", "bad-json", "not-object", "no-schema", "other-version", "worlds-not-list", "not-a-world", "expect"],
 )
 def test_read_document_names_the_file_it_rejects(tmp_path, content, message):
     path = tmp_path / "report.json"
@@ -234,7 +239,7 @@ def test_page_escapes_every_text(hung4):
 def test_page_has_one_lane_per_rank_and_the_divergence(hung4):
     elements = _Elements(render_html(build_document([hung4])))
     _check_world_page(elements, hung4)
-    assert [a["id"] for a in elements.having(attr="id")][0] == "summary"
+    assert [a["id"] for a in elements.having(attr="id")][:2] == ["tally", "summary"], "what failed comes first"
     details = elements.having("rank-detail", "data-detail-rank")
     assert [d["data-detail-rank"] for d in details] == ["0", "1", "2", "3"]
     assert [d["data-detail-rank"] for d in details if "hidden" not in d] == ["2"], "the root rank's details shown first"
@@ -269,12 +274,42 @@ def test_page_marks_a_crash_with_its_error(crashed4):
     assert [a["data-rank"] for a in root] == ["1"]
 
 
-def test_summary_lists_failures_first(hung4, crashed4, completed3):
-    page = render_html(build_document([completed3, hung4, crashed4]))
-    summary = page.split("<table id=summary>", 1)[1].split("</table>", 1)[0]
-    rows = [line.split("'>", 1)[0] for line in summary.split("<tr class='o-")[1:]]
-    assert rows == ["hung", "crashed", "completed"]
-    assert [a["data-world"] for a in _Elements(page).having("world", "data-world")] == ["1", "2", "0"]
+def test_summary_lists_failed_expectations_first_not_bad_verdicts(hung4, crashed4, completed3):
+    """The crash was expected (a pass); the completed world was expected to hang (a failure); the hang had no
+    expectation: the failure comes first, the rest in the order they ran."""
+    expectations = [Expectation.of(Expect.parse("hung"), completed3), None, Expectation.of(Expect("crashed"), crashed4)]
+    page = render_html(build_document([completed3, hung4, crashed4], expectations=expectations))
+    elements = _Elements(page)
+    rows = [(a["data-world"], a["data-status"]) for a in elements.having(attr="data-status") if "data-world" in a]
+    assert rows[:3] == [("0", "failed"), ("1", "unchecked"), ("2", "passed")], "summary rows"
+    assert rows[3:] == rows[:3], "then the world sections, in the same order"
+    tally = elements.having(attr="data-failed")[0]
+    assert (tally["data-failed"], tally["data-checked"], tally["data-worlds"]) == ("1", "2", "3")
+    assert "<b class=tally-head>1 of 2 failed</b> · 1 passed · 1 without an expectation" in page
+    assert "<title>ddpfaults report: 1 of 2 failed</title>" in page
+
+
+def test_plain_ddp_lanes_draw_the_collectives_only_the_flight_recorder_saw():
+    """Plain DDP: the tracing sees no DDP collective, the flight recorder every one. Each rank's lane has one block
+    per collective of its record: DDP's construction broadcasts and its gradient buckets' all_reduces, placed in
+    the step the recorder says they were made in."""
+    result = run_world(rankfns.ddp_steps, world_size=2, kwargs={"wrap": "plain", "steps": 3}, timeout=60)
+    assert result.outcome == Outcome.COMPLETED and {r.recorder for r in result.ranks} == {"flight recorder"}
+    elements = _Elements(render_html(build_document([result])))
+    for r in result.ranks:
+        blocks = [a for _, a, _, rank in elements.items if rank == r.rank and "coll" in a.get("class", "").split()]
+        numbered = sorted(int(a["title"].split(" ", 1)[0][1:]) for a in blocks if not a["title"].startswith("#0 "))
+        assert numbered == list(range(1, len(r.collectives) + 1)), "every collective of the record, once"
+        buckets = [a for a in blocks if "[DDP gradient bucket]" in a["title"]]
+        assert len(buckets) == 3 and all({"ddp", "fr", "noend"} <= set(a["class"].split()) for a in buckets)
+        assert [f"(step {step})" in a["title"] for step, a in enumerate(buckets)] == [True] * 3
+        assert any("[DDP construction]" in a["title"] for a in blocks)
+        steps = [a for _, a, _, rank in elements.items if rank == r.rank and "step" in a.get("class", "").split()]
+        for step, bucket in enumerate(buckets):  # drawn inside its step's band, on the compressed axis
+            start = float(steps[step]["style"].split("--cl:")[1].split("%")[0])
+            width = float(steps[step]["style"].split("--cw:")[1].split("%")[0])
+            at = float(bucket["style"].split("--cl:")[1].split("%")[0])
+            assert start <= at <= start + width, (step, bucket["style"], steps[step]["style"])
 
 
 def test_cli_html_writes_the_page(tmp_path, hung4, capsys):

@@ -142,6 +142,7 @@ def _local(spec: str, nproc: int):
 def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, variant):
     code, world, _ = torchrun(tmp_path, nproc, scenario(variant))
     assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
+    assert world["expectation"]["held"] is True and world["expectation"]["mismatches"] == []
     assert world["world_size"] == nproc and world["start_method"] == "torchrun"
     assert world["nodeid"].endswith(f"scenario_tr.py::steps[{variant}]")
     local = _local(scenario(variant), nproc)
@@ -185,6 +186,11 @@ def test_a_verdict_that_does_not_match_fails_torchrun(tmp_path, scenario):
     code, world, _ = torchrun(tmp_path, 2, scenario("wrong_expect"))
     assert world["outcome"] == "completed" and code == 1
     assert "expected hung, observed completed: MISMATCH" in world["_output"]
+    expectation = world["expectation"]  # the report document says what failed, as data
+    assert expectation["held"] is False and expectation["text"] == "hung"
+    assert [(m["kind"], m["expected"], m["observed"]) for m in expectation["mismatches"]] == [
+        ("outcome", "hung", "completed")
+    ]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")

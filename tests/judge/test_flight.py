@@ -1,0 +1,57 @@
+"""Reading a flight-recorder dump (pure: hand-built dumps in the layout torch 2.13 writes)."""
+
+from __future__ import annotations
+
+from ddpfaults.judge.flight import collectives
+
+FRAMES = [{"filename": "/home/u/train.py", "line": 31, "name": "train_step"}]
+
+
+def entry(seq, sizes, *, created, retired, backend="gloo", completed_ns=None):
+    return {
+        "record_id": seq - 1,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq,
+        "profiling_name": f"{backend}:all_reduce",
+        "time_created_ns": created,
+        "input_sizes": sizes,
+        "frames": FRAMES,
+        "state": "scheduled",
+        "retired": retired,
+        "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": completed_ns,
+    }
+
+
+def test_a_collective_that_finished_before_an_earlier_one_is_done_and_times_are_kept():
+    """Gloo runs a group's work on two threads: #2 (small) finished before #1 (big), so the group's
+    last_completed is 1 although #2 is done (retired); #3 is still running. Each keeps its issue time."""
+    dump = {
+        "pg_status": {"0": {"last_enqueued_collective": 3, "last_completed_collective": 1}},
+        "entries": [
+            entry(1, [[2757]], created=1_000_100_000_000, retired=True),
+            entry(2, [[9]], created=1_000_200_000_000, retired=True),
+            entry(3, [[1]], created=1_000_300_000_000, retired=False),
+        ],
+    }
+    found = collectives(dump, since_wall=1000.0, steps=[(1000.05, 0), (1000.25, 1)])
+    assert [(c.seq, c.done, c.step, c.wall, c.wall_end) for c in found] == [
+        (1, True, 0, 1000.1, None),
+        (2, True, 0, 1000.2, None),
+        (3, False, 1, 1000.3, None),
+    ]
+    assert found[0].site == "train.py:31 in train_step"
+
+
+def test_other_backends_count_a_retired_entry_as_done_only_with_its_completion():
+    """NCCL retires an entry that timed out too: without a completion time it is not done."""
+    dump = {
+        "pg_status": {"0": {"last_completed_collective": 0}},
+        "entries": [
+            entry(1, [[4]], created=1_000_100_000_000, retired=True, backend="nccl", completed_ns=1_000_150_000_000),
+            entry(2, [[4]], created=1_000_200_000_000, retired=True, backend="nccl"),
+        ],
+    }
+    found = collectives(dump, since_wall=None, steps=[])
+    assert [(c.done, c.wall_end) for c in found] == [(True, 1000.15), (False, None)]
