@@ -24,9 +24,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from ddpfaults.errors import DDPFaultsError, FaultError, ScenarioError
+from ddpfaults.errors import DDPFaultsError, ScenarioError
 from ddpfaults.expect import Expect
-from ddpfaults.faults import Fault, check_faults
+from ddpfaults.faults import check_faults
+from ddpfaults.faults.base import check_plan
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.spec import RunSpec
 
@@ -63,10 +64,14 @@ def variant(
     """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
+    try:
+        faults = check_plan(faults) if faults is not None else None
+    except DDPFaultsError as exc:
+        raise ScenarioError(f"variant {name}: {exc}") from None
     return Variant(
         name,
         Expect.parse(expect) if expect is not None else None,
-        tuple(faults) if faults is not None else None,
+        faults,
         dict(kwargs or {}),
         world_size,
         peer_failure,
@@ -121,7 +126,8 @@ class Case:
 
     def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
-        timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps."""
+        timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps.
+        Faults that never fired are the case's ``Expect``'s to judge (``faults_fire``), not an error here."""
         from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
 
         plan = self.resolve(defaults or RunSpec())
@@ -137,6 +143,7 @@ class Case:
                 step_clock=self.scenario.step_clock,
                 spec=spec,
                 flight_recorder_dir=flight_recorder_dir,
+                require_faults_fire=False,
             )
         return run_world(
             self.scenario.fn,
@@ -145,6 +152,7 @@ class Case:
             kwargs=plan.kwargs,
             spec=spec,
             flight_recorder_dir=flight_recorder_dir,
+            require_faults_fire=False,
         )
 
 
@@ -267,10 +275,7 @@ def script_scenario(
 def _declare(label: str, **fields) -> Scenario:
     """The validated :class:`Scenario`; every problem a :class:`ScenarioError` naming it."""
     try:
-        fields["faults"] = tuple(fields["faults"])
-        for fault in fields["faults"]:
-            if not isinstance(fault, Fault):
-                raise FaultError(f"{fault!r} is not a ddpfaults fault")
+        fields["faults"] = check_plan(fields["faults"])
         if fields["world_size"] is not None:
             check_faults(fields["faults"], fields["world_size"])
         declared = Scenario(name=label, **{**fields, "expect": Expect.parse(fields["expect"])})

@@ -154,3 +154,23 @@ def rss_kib(ctx):
     dist.all_reduce(torch.ones(1000))
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def save_checkpoints(ctx, steps=3, save_steps=(2,)):
+    """Rank 0 saves a small checkpoint into shared_dir at ``save_steps`` only; every rank meets a barrier per step."""
+    for step in range(steps):
+        ctx.step(step)
+        if ctx.rank == 0 and step in save_steps:
+            torch.save({"step": torch.tensor(step)}, os.path.join(ctx.shared_dir, "checkpoint.pt"))
+        dist.barrier()
+    return ctx.rank
+
+
+def iterate_loader(ctx, batches=3):
+    """Every rank iterates a DataLoader of ``batches`` batches, one ctx.step per batch; returns the batches it got."""
+    loader = torch.utils.data.DataLoader(list(range(batches * 2)), batch_size=2)
+    seen = []
+    for step, batch in enumerate(loader):
+        ctx.step(step)
+        seen.append(batch.tolist())
+    return seen
