@@ -108,11 +108,12 @@ def test_a_checkpoint_fault_at_a_step_with_a_save_fires_on_the_writer_only():
     assert [(f.rank, f.step) for f in killed.fired] == [(0, 2)] and "SIGKILLed the writer" in killed.fired[0].how
 
 
-def test_uneven_inputs_fire_only_when_they_cut_a_loader_short():
-    """A limit of 5 batches on a loader of 3 cuts nothing: before, the loader's natural end was recorded as the
-    fault stopping it; now it never fires. A limit of 2 cuts the third batch off."""
+@pytest.mark.parametrize("batches", [3, 5])
+def test_uneven_inputs_fire_only_when_they_cut_a_loader_short(batches):
+    """A limit of 3 (or 5) batches on a loader of 3 cuts nothing: before, the loader's natural end after exactly
+    3 batches was recorded as the fault stopping it; now it never fires. A limit of 2 cuts the third batch off."""
     with pytest.raises(FaultNeverFired) as info:
-        run_world(rankfns.iterate_loader, world_size=2, faults=[UnevenInputs(rank=0, batches=5)])
+        run_world(rankfns.iterate_loader, world_size=2, faults=[UnevenInputs(rank=0, batches=batches)])
     result = info.value.result
     assert result.fired == [] and result.values == [[[0, 1], [2, 3], [4, 5]]] * 2
     cut = run_world(rankfns.iterate_loader, world_size=2, faults=[UnevenInputs(rank=0, batches=2)])

@@ -59,6 +59,11 @@ def test_run_world_and_run_script_refuse_a_bad_plan_before_any_world_starts():
 
     with pytest.raises(FaultError, match=r"wrap it in a list: faults=\[RankCrash\(rank=1, step=2"):
         ddpfaults.run_world(rankfns.all_reduce_steps, world_size=2, faults=RankCrash(rank=1, step=2))
+    two = [RankCrash(rank=1, step=1), RankCrash(rank=1, step=1, exc=KeyError("x"))]  # the second was ignored
+    with pytest.raises(
+        FaultError, match=r"faults\[0\] RankCrash.* and faults\[1\] RankCrash\(rank=1, step=1, exc=KeyE"
+    ):
+        ddpfaults.run_world(rankfns.all_reduce_steps, world_size=2, faults=two)
     script = os.path.join(os.path.dirname(rankfns.__file__), "scripts", "plain_train.py")
     with pytest.raises(FaultError, match="got str '\\[EmptyBatch"):
         ddpfaults.run_script(script, world_size=2, faults="[EmptyBatch(rank=1, step=1)]")
