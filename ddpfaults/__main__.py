@@ -10,7 +10,8 @@ import sys
 
 from ddpfaults import faults as faults_module
 from ddpfaults.engine.launcher import run_world
-from ddpfaults.errors import DDPFaultsError, ReportFileError
+from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError
+from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.rank.seams import STEP_CLOCKS
 from ddpfaults.spec import PARAM, output_problem
@@ -104,13 +105,25 @@ def _run(args, script_argv: list[str]):
         from ddpfaults.engine.scripts import run_script
 
         return run_script(
-            args.target, script_argv, module=args.module, faults=faults, step_clock=args.step_clock, **_settings(args)
+            args.target,
+            script_argv,
+            module=args.module,
+            faults=faults,
+            step_clock=args.step_clock,
+            require_faults_fire=False,  # main checks it, naming --allow-unfired
+            **_settings(args),
         )
     if not args.target:
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
     if script_argv:
         raise DDPFaultsError(f"arguments after -- are for scripts; {args.target} is a rank function (use --kwargs)")
-    return run_world(_load_function(args.target), faults=faults, kwargs=_parse_kwargs(args.kwargs), **_settings(args))
+    return run_world(
+        _load_function(args.target),
+        faults=faults,
+        kwargs=_parse_kwargs(args.kwargs),
+        require_faults_fire=False,  # main checks it, naming --allow-unfired
+        **_settings(args),
+    )
 
 
 def _writable(path: str, what: str) -> str:
@@ -190,6 +203,11 @@ def main(argv=None) -> int:
         "'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 1'); every fault must fire. Exit code 0 "
         "if it held, 1 if not",
     )
+    run.add_argument(
+        "--allow-unfired",
+        action="store_true",
+        help="do not fail (exit 1) when a fault never fires though a rank it targets finished its function",
+    )
     _world_args(run)
     from ddpfaults import matrix, soak
 
@@ -233,7 +251,15 @@ def main(argv=None) -> int:
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
             return _report(run_world(train, faults=plan, **_settings(args)), args, _expect("hung"))
         expect = _expect(args.expect)
-        return _report(_run(args, script_argv), args, expect)
+        result = _run(args, script_argv)
+        code = _report(result, args, expect)
+        if expect is None and not args.allow_unfired:  # an expectation judges unfired faults itself
+            try:
+                require_faults_fired(result, allow="rerun with --allow-unfired")
+            except FaultNeverFired as exc:
+                print(f"\nddpfaults: {exc}", file=sys.stderr)
+                return 1
+        return code
     except DDPFaultsError as exc:
         print(f"ddpfaults: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

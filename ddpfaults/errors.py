@@ -43,19 +43,30 @@ class UnpicklableReturnValue(DDPFaultsError):
 
 
 class FaultError(DDPFaultsError, ValueError):
-    """A fault is invalid: a bad argument, or a rank/step outside the world it was given to."""
+    """A fault or a fault plan is invalid: a bad argument, a rank/step outside the world it was given to, a plan
+    that is not a list of faults, or two faults that conflict on one rank and step."""
+
+
+class FaultArgumentError(FaultError, TypeError):
+    """A fault constructor was called with a positional, unknown or missing argument (fault arguments are
+    keyword-only); names the fault and the arguments it takes."""
 
 
 class ExpectationFailed(DDPFaultsError):
-    """A world did not do what its ``Expect`` says; ``mismatches`` lists every difference."""
+    """A world did not do what its ``Expect`` says; ``mismatches`` lists every difference, ``result`` is the
+    world's :class:`~ddpfaults.judge.results.WorldResult` (None if the raiser had none to give)."""
 
-    def __init__(self, mismatches):
+    def __init__(self, mismatches, result=None):
         self.mismatches = list(mismatches)
+        self.result = result
         super().__init__("; ".join(map(str, self.mismatches)))
 
 
 class FaultNeverFired(ExpectationFailed):
-    """A fault that a scenario required to fire never did: the scenario, not the code under test, is wrong."""
+    """A fault of the plan never took effect although it had every chance: a scenario's ``Expect`` required it
+    to fire, or ``run_world``/``run_script`` (unless ``require_faults_fire=False``) found a rank it targets
+    finished its function without it. The plan, not the code under test, is wrong. ``result`` is the world's
+    result, to inspect or print."""
 
 
 class MarkerError(ConfigError):

@@ -192,7 +192,29 @@ class Expect:
         found = self.mismatches(result)
         if found:
             kind = FaultNeverFired if all(m.kind == "fault_never_fired" for m in found) else ExpectationFailed
-            raise kind(found)
+            raise kind(found, result)
+
+
+def require_faults_fired(result: WorldResult, *, allow: str = "pass require_faults_fire=False") -> None:
+    """Raise :class:`~ddpfaults.errors.FaultNeverFired` (carrying ``result``) if a fault of its plan never fired
+    although a rank it targets finished its function (:attr:`~ddpfaults.judge.results.UnfiredFault.had_chance`).
+
+    A fault whose ranks all raised, died or stalled first is not an error here: its moment may never have
+    come. (A scenario's ``Expect(faults_fire=True)`` is stricter: every fault must fire.) ``allow`` names the
+    opt-out in the message."""
+    missed = [u for u in result.unfired if u.had_chance]
+    if missed:
+        raise FaultNeverFired(
+            [
+                Mismatch(
+                    "fault_never_fired",
+                    f"FaultNeverFired: {u.describe()}: the plan does not exercise it (world {result.outcome}; "
+                    f"{allow} if that is expected)",
+                )
+                for u in missed
+            ],
+            result,
+        )
 
 
 @dataclass(frozen=True)

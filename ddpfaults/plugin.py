@@ -166,13 +166,20 @@ def _replay(item, seed: int) -> str:
     return " ".join(["pytest -p ddpfaults", shlex.quote(node), f"--ddpfaults-seed={seed}", *extra])
 
 
-def _check(item, result, expect) -> None:
-    """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect``."""
-    from ddpfaults.expect import Expectation
+def _check(item, result, expect, *, require_fired: bool = False) -> None:
+    """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with
+    none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
+    from ddpfaults.errors import FaultNeverFired
+    from ddpfaults.expect import Expectation, require_faults_fired
 
     result.replay = _replay(item, result.seed)
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
+    if expectation is None and require_fired:
+        try:
+            require_faults_fired(result)
+        except FaultNeverFired as failed:
+            mismatches = [str(m) for m in failed.mismatches]
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
@@ -189,7 +196,8 @@ def _check(item, result, expect) -> None:
         item.user_properties.append(("ddpfaults.expect", expect.describe()))
     if mismatches:
         head, _ = _report(result)
-        raise ScenarioMismatch("\n".join([*mismatches, f"expected: {expect.describe()}", "", head]))
+        expected = [f"expected: {expect.describe()}"] if expect is not None else []
+        raise ScenarioMismatch("\n".join([*mismatches, *expected, "", head]))
 
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
@@ -215,7 +223,8 @@ class DDPWorld:
         Explicit keywords (timeout, stall, seed, peer_failure, start_method, args, kwargs, ...)
         win over defaults, except a seed pinned by ``--ddpfaults-seed``. With ``expect``
         (``"hung"``, ``"crashed with KeyError on rank 0"``, an Expect) a mismatch fails the
-        test with the world's report.
+        test with the world's report; so does, without one, a fault that never fired though a rank it targets
+        finished (as ``run_world`` raises; ``require_faults_fire=False`` allows it).
         """
         __tracebackhide__ = True
         from ddpfaults.engine.launcher import run_world
@@ -224,6 +233,7 @@ class DDPWorld:
         from ddpfaults.spec import PARAM
 
         settings = self._item.config.stash[SETTINGS]
+        require_fired = kwargs.pop("require_faults_fire", True)
         declared = {name: kwargs.pop(name) for name in list(kwargs) if name in PARAM}
         spec = _spec(self._item).replace(world_size=world_size, **declared)
         if settings.seed_pinned:
@@ -231,9 +241,13 @@ class DDPWorld:
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))
-            result = run_world(fn, world_size=spec.world_size, faults=faults, spec=spec, **kwargs)
+            result = run_world(
+                fn, world_size=spec.world_size, faults=faults, spec=spec, require_faults_fire=False, **kwargs
+            )
             self.results.append(result)
-            _check(self._item, result, Expect.parse(expect) if expect is not None else None)
+            _check(
+                self._item, result, Expect.parse(expect) if expect is not None else None, require_fired=require_fired
+            )
         except (ScenarioMismatch, DeadlineError) as exc:
             failure = str(exc)
         else:

@@ -24,9 +24,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from ddpfaults.errors import DDPFaultsError, FaultError, ScenarioError
+from ddpfaults.errors import DDPFaultsError, ScenarioError
 from ddpfaults.expect import Expect
-from ddpfaults.faults import Fault, check_faults
+from ddpfaults.faults import check_faults
+from ddpfaults.faults.base import check_plan
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.spec import RunSpec, check_arguments, check_call, check_declared
 
@@ -65,10 +66,14 @@ def variant(
     Its settings and keyword arguments are checked when the scenario is declared (the error names both)."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
+    try:
+        faults = check_plan(faults) if faults is not None else None
+    except DDPFaultsError as exc:
+        raise ScenarioError(f"variant {name}: {exc}") from None
     return Variant(
         name,
         Expect.parse(expect) if expect is not None else None,
-        tuple(faults) if faults is not None else None,
+        faults,
         kwargs if kwargs is not None else {},
         world_size,
         peer_failure,
@@ -127,7 +132,8 @@ class Case:
         timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps.
 
         The fork server is machinery, not the case: the first case waits for it (importing torch takes seconds
-        on a cold or busy machine) before its own clock starts, so no verdict depends on how fast it starts."""
+        on a cold or busy machine) before its own clock starts, so no verdict depends on how fast it starts.
+        Faults that never fired are the case's ``Expect``'s to judge (``faults_fire``), not an error here."""
         from ddpfaults.engine import pool
         from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
 
@@ -146,6 +152,7 @@ class Case:
                 step_clock=self.scenario.step_clock,
                 spec=spec,
                 flight_recorder_dir=flight_recorder_dir,
+                require_faults_fire=False,
             )
         return run_world(
             self.scenario.fn,
@@ -154,6 +161,7 @@ class Case:
             kwargs=plan.kwargs,
             spec=spec,
             flight_recorder_dir=flight_recorder_dir,
+            require_faults_fire=False,
         )
 
 
@@ -287,10 +295,9 @@ def _name(name, default: str) -> str:
 def _declare(label: str, **fields) -> Scenario:
     """The validated :class:`Scenario`; every problem a :class:`ScenarioError` naming it."""
     try:
-        fields["faults"] = tuple(fields["faults"])
-        for fault in fields["faults"]:
-            if not isinstance(fault, Fault):
-                raise FaultError(f"{fault!r} is not a ddpfaults fault")
+        fields["faults"] = check_plan(fields["faults"])
+        if fields["world_size"] is not None:
+            check_faults(fields["faults"], fields["world_size"])
         if "kwargs" in fields:
             fields["kwargs"] = check_arguments((), fields["kwargs"])[1]
         variants = fields["variants"]

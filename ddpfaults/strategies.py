@@ -34,6 +34,7 @@ from hypothesis.strategies import SearchStrategy
 
 from ddpfaults import faults as _faults
 from ddpfaults.faults import EmptyBatch, Fault, FaultError
+from ddpfaults.faults.base import as_plan, check_plan, conflict
 
 __all__ = [
     "FaultPlan",
@@ -59,18 +60,19 @@ class FaultPlan:
 
     ``FaultPlan([EmptyBatch(rank=2, step=1), EmptyBatch(rank=0, step=1)])`` keeps the faults sorted
     by (step, rank, kind), so two plans with the same faults are equal and print the same. It is
-    iterable (pass it as ``run_world(faults=plan)``), sized, hashable, and ``repr`` rebuilds it.
+    iterable (pass it as ``run_world(faults=plan)``), sized, hashable, and ``repr`` rebuilds it. Like any plan
+    it is validated by :func:`~ddpfaults.faults.base.check_plan` (repeats merged first): conflicting faults
+    are refused.
     """
 
     __slots__ = ("faults",)
 
     def __init__(self, faults: Iterable[Fault] = ()):
-        faults = tuple(faults)
-        for i, fault in enumerate(faults):
-            if not isinstance(fault, Fault):
-                raise FaultError(f"FaultPlan: item {i} is {fault!r}, not a ddpfaults fault (see ddpfaults.faults)")
-        unique = {repr(f): f for f in faults}
-        object.__setattr__(self, "faults", tuple(sorted(unique.values(), key=_order)))
+        try:
+            faults = check_plan({repr(f): f for f in as_plan(faults)}.values())
+        except FaultError as exc:
+            raise FaultError(f"FaultPlan: {exc}") from None
+        object.__setattr__(self, "faults", tuple(sorted(faults, key=_order)))
 
     def __setattr__(self, name, value):
         raise AttributeError("FaultPlan is immutable")
@@ -119,6 +121,15 @@ class FaultPlan:
             )
             lines.append(f"step {step}: {text}")
         return "\n".join(lines)
+
+
+def _compatible(faults: Iterable[Fault]) -> list:
+    """``faults`` in order, leaving out each one that conflicts with one kept before it (a repeat included)."""
+    kept: list = []
+    for fault in faults:
+        if not any(conflict(k, fault) for k in kept):
+            kept.append(fault)
+    return kept
 
 
 def plan_namespace() -> dict:
@@ -188,8 +199,10 @@ def fault_plans(
     ``kinds``: fault classes built as ``Kind(rank=r, step=s)`` (``writer=r`` for checkpoint faults),
     or callables ``(rank, step)`` returning a fault or a strategy of faults, e.g.
     ``lambda r, s: st.floats(0.05, 0.2).map(lambda t: Straggler(rank=r, step=s, seconds=t))``.
-    At most ``max_faults`` (default: every cell) and at least ``min_faults`` faults; no cell twice.
-    Shrinks toward fewer faults, lower ranks, earlier steps and the first kind.
+    At most ``max_faults`` (default: every cell) and at least ``min_faults`` faults; no cell twice. A drawn
+    fault that conflicts with one drawn before it (see :func:`~ddpfaults.faults.base.conflict`: e.g. another
+    fault on a crashed rank's step) is left out, so a plan may hold fewer than ``min_faults`` faults of several
+    kinds. Shrinks toward fewer faults, lower ranks, earlier steps and the first kind.
     """
     world_size = _check_world_size(world_size)
     step_choices = _choices("steps", steps, ())
@@ -210,7 +223,7 @@ def fault_plans(
 
     @st.composite
     def plans(draw):
-        return FaultPlan(_build(draw, kinds[k], r, s) for k, r, s in draw(chosen))
+        return FaultPlan(_compatible(_build(draw, kinds[k], r, s) for k, r, s in draw(chosen)))
 
     return plans()
 
@@ -242,10 +255,11 @@ def whole_step_plans(
 
 
 def plan_union(*strategies: SearchStrategy) -> SearchStrategy[FaultPlan]:
-    """One plan holding every fault of one draw from each strategy (duplicates merged)."""
+    """One plan holding every fault of one draw from each strategy (duplicates merged; a fault conflicting with
+    one of an earlier strategy's plan left out)."""
     if not strategies:
         return st.just(FaultPlan())
-    return st.tuples(*strategies).map(lambda plans: sum(plans, FaultPlan()))
+    return st.tuples(*strategies).map(lambda plans: FaultPlan(_compatible(f for plan in plans for f in plan)))
 
 
 def empty_batch_plans(
@@ -322,8 +336,13 @@ def _load(spec: str):
 def replay(spec: str, *, faults: str = "[]", **world):
     """Rerun the world :func:`replay_command` describes, print its report and return its result."""
     from ddpfaults.engine.launcher import run_world
+    from ddpfaults.errors import FaultNeverFired
 
     plan = FaultPlan(eval(faults, plan_namespace()))  # noqa: S307 - the text is a plan's own repr
-    result = run_world(_load(spec), faults=plan, **world)
+    try:
+        result = run_world(_load(spec), faults=plan, **world)
+    except FaultNeverFired as exc:
+        print(exc.result.report())
+        raise
     print(result.report())
     return result

@@ -15,6 +15,7 @@ import time
 
 from ddpfaults import errors
 from ddpfaults.engine import capacity, pool
+from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
@@ -43,6 +44,7 @@ def run_world(
     reuse: bool | None = None,
     spec: RunSpec | None = None,
     flight_recorder_dir: str | os.PathLike | None = None,
+    require_faults_fire: bool = True,
 ) -> WorldResult:
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
@@ -57,6 +59,12 @@ def run_world(
     (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``). ``flight_recorder_dir``: a folder to
     receive every rank's flight-recorder dump (``rank_0``, ``rank_1``... as torch's
     ``python -m torch.distributed.flight_recorder.fr_trace DIR`` reads them).
+
+    ``faults`` is a list of faults, validated (and refused with a :class:`~ddpfaults.errors.FaultError`) before
+    any rank starts. A fault that never fires although a rank it targets finished its function normally raises
+    :class:`~ddpfaults.errors.FaultNeverFired` after the world, carrying the result (``exc.result``); the
+    result's ``unfired`` lists every fault that never fired. A fault whose ranks all raised, died or stalled
+    first is not an error. ``require_faults_fire=False`` returns the result instead.
     """
     if reuse is None and os.environ.get("DDPFAULTS_REUSE", "").strip():
         reuse = PARAM["reuse"].from_text(os.environ["DDPFAULTS_REUSE"], "DDPFAULTS_REUSE")
@@ -83,7 +91,10 @@ def run_world(
         function=describe_function(fn),
         kwargs=repr(dict(kwargs)) if kwargs else "",
     )
-    return LocalWorld(work, faults, spec, flight_recorder_dir).run()
+    result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
+    if require_faults_fire:
+        require_faults_fired(result)
+    return result
 
 
 def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
@@ -177,7 +188,7 @@ class LocalWorld(loop.Observer):
                 self.spec,
                 reason,
                 start_method=self.spec.start_method,
-                faults=[repr(f) for f in self.faults],
+                plan=self.faults,
                 function=self.work.function,
                 warm=self.warm,
                 kwargs=self.work.kwargs,

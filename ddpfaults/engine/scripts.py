@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
+from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult, startup_option
 from ddpfaults.rank import script, seams
@@ -45,6 +46,7 @@ def run_script(
     spec: RunSpec | None = None,
     cwd: str | os.PathLike | None = None,
     flight_recorder_dir: str | os.PathLike | None = None,
+    require_faults_fire: bool = True,
 ) -> WorldResult:
     """Run the script at ``path`` (as ``__main__``), or ``module`` (as ``python -m``), with ``argv`` on
     ``world_size`` ranks, as torchrun's workers, and judge the world; returns the same :class:`WorldResult`
@@ -54,7 +56,9 @@ def run_script(
     ``step_clock`` counts the steps step-keyed faults use: ``"optimizer"`` (step n+1 starts when the n-th
     optimizer step returns; step 0 when the process group is up) or ``"dataloader"`` (step n is the n-th batch
     a DataLoader yields on the rank). ``cwd`` is the ranks' working directory (default: this process's).
-    Other settings as for ``run_world``, except that script worlds are never reused.
+    Other settings as for ``run_world``, except that script worlds are never reused. As there, a fault that
+    never fires although a rank it targets ran the script to its end raises
+    :class:`~ddpfaults.errors.FaultNeverFired` carrying the result, unless ``require_faults_fire=False``.
     """
     target = _target(path, argv, module, step_clock, cwd)
     spec = local_spec(
@@ -86,9 +90,12 @@ def run_script(
             step_clock=target.clock,
             script=True,
         )
-        return LocalWorld(work, faults, spec, flight_recorder_dir).run()
+        result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
     finally:
         del store
+    if require_faults_fire:
+        require_faults_fired(result)
+    return result
 
 
 def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:

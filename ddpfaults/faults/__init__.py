@@ -10,8 +10,11 @@ faults (``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``) act on the batches a
 ``DataLoader`` yields and ``DeviceMismatch`` on the construction of DDP, unless
 scenario code asks for them through ``ctx.fault(Kind)``; checkpoint faults
 (``TornCheckpointWrite``, ``WriterKilledMidSave``) intercept ``torch.save`` /
-``torch.load`` in the rank. So the code under test needs no change. Whenever a
-fault takes effect it is recorded as fired.
+``torch.load`` in the rank (armed when their step starts). So the code under test needs no change.
+Whenever a fault takes effect it is recorded as fired, and only then: a checkpoint fault fires when it tears
+or kills a save, ``UnevenInputs`` when it cuts a loader short. A plan is validated in one place,
+:func:`~ddpfaults.faults.base.check_plan` (a list of faults, no two in conflict on one rank and step) and
+:func:`check_faults` (against a world).
 
 This package holds the values only: :mod:`~ddpfaults.faults.base` (the base class and its
 validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data` and

@@ -1,15 +1,19 @@
-"""The fault base class and the argument validation every fault kind shares.
+"""The fault base class, the argument validation every fault kind shares, and the validation of a plan.
 
 A fault is a value: a set of ranks, optionally a set of steps, and (in a subclass) an effect.
-Its constructor is keyword-only and validates its arguments, ``check_world(world_size)``
-validates it against a world, and its ``repr`` is valid Python rebuilding it.
+Its constructor is keyword-only and validates its arguments (a positional, unknown or missing argument is a
+:class:`~ddpfaults.errors.FaultArgumentError`), ``check_world(world_size)`` validates it against a world, and
+its ``repr`` is valid Python rebuilding it. :func:`check_plan` validates a plan (a list of faults, no two in
+conflict), :func:`check_faults` a plan against a world: the one place plans are validated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import inspect
+from collections.abc import Iterable, Mapping
 
-from ddpfaults.errors import FaultError
+from ddpfaults.errors import FaultArgumentError, FaultError
 
 
 def _as_tuple(name: str, value, owner: str) -> tuple[int, ...] | None:
@@ -35,6 +39,29 @@ def _fmt(values: tuple[int, ...] | None) -> str:
     return str(values[0]) if len(values) == 1 else repr(list(values))
 
 
+def _keyword_only(init):
+    """``init`` refusing a positional, unknown or missing argument with a :class:`FaultArgumentError` naming the
+    fault and the arguments it takes (instead of Python's bare TypeError)."""
+    signature = inspect.signature(init)
+    names = [p.name for p in list(signature.parameters.values())[1:]]
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in names]
+        try:
+            if unknown:
+                raise TypeError(f"unknown argument {unknown[0]!r}")
+            signature.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            name = type(self).__name__
+            raise FaultArgumentError(
+                f"{name}: {exc} ({name}'s arguments, keyword-only: {', '.join(names) or 'none'})"
+            ) from None
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
 class Fault:
     """Base class of all faults: a set of ranks and (optionally) a set of steps where it applies.
 
@@ -43,6 +70,14 @@ class Fault:
 
     #: argument name used for the ranks in ``repr`` (``writer`` for checkpoint faults)
     rank_arg = "rank"
+    #: True for a fault that ends its rank when a step it names starts (``RankCrash``, ``RankKilled``): no other
+    #: fault can act on that rank at that step (see :func:`conflict`)
+    ends_rank = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _keyword_only(cls.__dict__["__init__"])
 
     def __init__(self, *, rank=None, step=None):
         name = type(self).__name__
@@ -66,9 +101,25 @@ class Fault:
             return True
         return step is not None and step in self.steps
 
+    @property
+    def effect_ranks(self) -> tuple[int, ...] | None:
+        """The ranks whose one event this fault's effect takes (None: every rank), for :meth:`same_effect`."""
+        return self.ranks
+
+    def same_effect(self, other: Fault) -> str | None:
+        """What this fault and ``other`` would both do to one event at a rank and step they share, when only the
+        first could (e.g. ``"empty the batch"``); None when they compose. See :func:`conflict`."""
+        return None
+
     # -- hooks called inside a rank ------------------------------------------------------
+    def arm(self, ctx) -> None:
+        """Called when a step this fault applies to starts, before :meth:`on_step`: prepare an effect that comes
+        later in the step (checkpoint faults arm the torch.save interception). Arming is not firing: whoever
+        carries the effect out records it."""
+
     def on_step(self, ctx) -> None:
-        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to."""
+        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to; overriding it means
+        the fault takes effect there (it is recorded as fired before the call)."""
 
     def skips_collective(self, ctx, op: str) -> bool:
         """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
@@ -120,11 +171,107 @@ def _require_rank(fault: Fault) -> None:
         raise FaultError(f"{type(fault).__name__}: {fault.rank_arg} is required")
 
 
-def check_faults(faults: Iterable[Fault], world_size: int) -> tuple[Fault, ...]:
-    """Validate a fault plan against a world; return it as a tuple."""
-    faults = tuple(faults)
+Fault.__init__ = _keyword_only(Fault.__init__)
+
+
+def _common(mine, theirs, every: bool):
+    """The values (ranks or steps) two faults both name: a sorted tuple, ``()`` when they share none, None for
+    every value. A None side (every value) shares all the other's values if ``every``, none otherwise."""
+    if mine is None or theirs is None:
+        if not every:
+            return ()
+        return mine if theirs is None else theirs
+    return tuple(sorted(set(mine) & set(theirs)))
+
+
+def _where(ranks, steps) -> str:
+    def values(word: str, items) -> str:
+        if items is None:
+            return f"every {word}"
+        return f"{word} {items[0]}" if len(items) == 1 else f"{word}s {', '.join(map(str, items))}"
+
+    return f"on {values('rank', ranks)} at {values('step', steps)}"
+
+
+def conflict(first: Fault, second: Fault) -> str | None:
+    """Where and why ``first`` and ``second`` cannot both act as planned (``"on rank 1 at step 2: both empty the
+    batch, ..."``), or None when they compose.
+
+    Two faults conflict when, on a rank and step they share, one of them could never take effect:
+
+    - a fault that ends its rank when the step starts (``RankCrash``, ``RankKilled``) and any other fault that
+      names that rank and that step explicitly: two crashes, a crash and a kill, a crash and an ``EmptyBatch``,
+      a ``Straggler``, a ``SkippedCollective``, a checkpoint fault of that writer... (what acts would depend on
+      the plan's order, which ``FaultPlan`` sorts);
+    - two faults taking the same single event (:meth:`Fault.same_effect`): two ``EmptyBatch`` (one batch to
+      empty), two ``SchemaDrift`` of the same key, two ``DeviceMismatch`` (one DDP construction), two
+      ``UnevenInputs`` of a rank, two ``SkippedCollective`` whose ops overlap (both claim the first matching
+      collective), a ``RankOnlyBarrier`` and a ``SkippedCollective`` of ``op=None`` or ``"barrier"`` (the skip
+      would swallow the lone barrier), two ``RankOnlyBarrier``, two checkpoint faults at one step (one save
+      handshake per step). Here a fault without ranks or steps shares every rank or step.
+
+    Everything else composes: faults on different ranks or steps; a fault of every rank (``rank=None``) or of
+    every step with a crash on one rank or step (it still acts elsewhere); ``Straggler`` with anything but a
+    crash or kill (two Stragglers add up); ``EmptyBatch`` with ``SchemaDrift``; ``SchemaDrift`` of different
+    keys; ``SkippedCollective`` of different ops (``op=None`` never skips a DDP bucket, so it composes with
+    ``op="ddp_bucket"``); a ``WriterKilledMidSave`` with faults acting earlier in its step.
+    """
+    if first.ends_rank or second.ends_rank:
+        ranks, steps = _common(first.ranks, second.ranks, False), _common(first.steps, second.steps, False)
+        if ranks and steps:
+            ender, other = (first, second) if first.ends_rank else (second, first)
+            if other.ends_rank:
+                return f"{_where(ranks, steps)}: both end the rank when the step starts, so only the first would act"
+            return (
+                f"{_where(ranks, steps)}: {type(ender).__name__} ends the rank when the step starts, so "
+                f"{type(other).__name__} could never act there"
+            )
+    effect = first.same_effect(second) or second.same_effect(first)
+    if effect:
+        ranks = _common(first.effect_ranks, second.effect_ranks, True)
+        steps = _common(first.steps, second.steps, True)
+        if ranks != () and steps != ():
+            return f"{_where(ranks, steps)}: both {effect}, so only the first would act and the other never fire"
+    return None
+
+
+def as_plan(faults) -> tuple[Fault, ...]:
+    """A fault plan (a list, tuple, :class:`~ddpfaults.strategies.FaultPlan` or any iterable of faults) as a
+    tuple of faults; a :class:`~ddpfaults.errors.FaultError` for anything else (a lone fault, a string, a dict,
+    None, an item that is not a fault). Conflicts are :func:`check_plan`'s."""
+    if isinstance(faults, Fault):
+        raise FaultError(f"faults must be a list of faults; got {faults!r} — wrap it in a list: faults=[{faults!r}]")
+    if faults is None or isinstance(faults, (str, bytes, Mapping)):
+        what = "None (use [] for no faults)" if faults is None else f"{type(faults).__name__} {faults!r}"
+        raise FaultError(f"faults must be a list of faults like [EmptyBatch(rank=1, step=2)]; got {what}")
+    try:
+        faults = tuple(faults)
+    except TypeError:
+        raise FaultError(f"faults must be a list of faults like [EmptyBatch(rank=1, step=2)]; got {faults!r}") from None
     for i, fault in enumerate(faults):
         if not isinstance(fault, Fault):
             raise FaultError(f"faults[{i}] is {fault!r}, not a ddpfaults fault (see ddpfaults.faults)")
+    return faults
+
+
+def check_plan(faults) -> tuple[Fault, ...]:
+    """A fault plan as a tuple (:func:`as_plan`), validated without a world: no two of its faults in
+    :func:`conflict`. A :class:`~ddpfaults.errors.FaultError` names both faults otherwise."""
+    faults = as_plan(faults)
+    for j, second in enumerate(faults):
+        for i, first in enumerate(faults[:j]):
+            why = conflict(first, second)
+            if why:
+                raise FaultError(
+                    f"faults[{i}] {first!r} and faults[{j}] {second!r} conflict {why}; "
+                    f"move one to another rank or step, or drop one"
+                )
+    return faults
+
+
+def check_faults(faults: Iterable[Fault], world_size: int) -> tuple[Fault, ...]:
+    """Validate a fault plan (:func:`check_plan`) against a world of ``world_size`` ranks; return it as a tuple."""
+    faults = check_plan(faults)
+    for fault in faults:
         fault.check_world(world_size)
     return faults

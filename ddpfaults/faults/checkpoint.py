@@ -26,9 +26,19 @@ class _CheckpointFault(Fault):
         """The rank whose save is hit."""
         return self.ranks[0]
 
-    def on_step(self, ctx) -> None:
-        """Arm the torch.save/torch.load interception in this rank (idempotent)."""
+    @property
+    def effect_ranks(self) -> None:
+        """Every rank: a checkpoint fault's handshake (flag files keyed by step) involves the readers too."""
+        return None
+
+    def arm(self, ctx) -> None:
+        """Arm the torch.save/torch.load interception in this rank (idempotent). Not an effect: the fault fires
+        when the writer's save is torn or killed (a step without a save leaves it unfired)."""
         ctx.intercept_checkpoints()
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two checkpoint faults at one step: the first takes the writer's save (and the step's handshake)."""
+        return "interrupt the step's torch.save" if isinstance(other, _CheckpointFault) else None
 
     def _fields(self) -> dict:
         fields = {"writer": str(self.writer)}

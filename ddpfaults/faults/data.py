@@ -36,6 +36,10 @@ class EmptyBatch(Fault):
         there was nothing to empty (no tensor with rows, no target list, no registered type in it)."""
         return empty_batch(batch) if can_empty(batch) else None
 
+    def same_effect(self, other: Fault) -> str | None:
+        """Two EmptyBatch on one rank and step: the first empties the batch, the second finds nothing to empty."""
+        return "empty the batch" if isinstance(other, EmptyBatch) else None
+
 
 class SchemaDrift(Fault):
     """Real targets carry an extra required ``key`` that a hand-written fake target does not know.
@@ -63,6 +67,10 @@ class SchemaDrift(Fault):
     def on_batch(self, batch):
         """A DataLoader batch at the fault's step with ``key`` dropped from its target dicts (None: no dict had it)."""
         return drop_key(batch, self.key) if holds_key(batch, self.key) else None
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two drifts of the same key: the first drops it, the second finds it gone (different keys compose)."""
+        return f"drop key {self.key!r}" if isinstance(other, SchemaDrift) and other.key == self.key else None
 
     def require(self, targets: list) -> None:
         """Read ``key`` from every target, raising ``KeyError(key)`` like the criterion's matcher."""
@@ -99,6 +107,10 @@ class DeviceMismatch(Fault):
             return None
         return {**kwargs, "device_ids": [self.launcher_device(rank).index]}
 
+    def same_effect(self, other: Fault) -> str | None:
+        """One DDP construction per model: the first mismatch chooses its devices, the second finds them chosen."""
+        return "choose the devices of the DDP construction" if isinstance(other, DeviceMismatch) else None
+
     def _fields(self) -> dict:
         fields = super()._fields()
         if self.device_type != "xla":
@@ -110,7 +122,8 @@ class UnevenInputs(Fault):
     """``rank``'s loader yields only ``batches`` batches (the other ranks' loaders are longer).
 
     Scenario code asks ``f = ctx.fault(UnevenInputs)`` before its loop (or at any step) and
-    iterates ``f.limit(loader)``. ``batches=0``: the rank never enters the training loop.
+    iterates ``f.limit(loader)``. ``batches=0``: the rank never enters the training loop. At the DataLoader
+    seam it fires only when it cuts an iterator short (one with at most ``batches`` batches is left alone).
     """
 
     def __init__(self, *, rank, batches: int):
@@ -124,6 +137,10 @@ class UnevenInputs(Fault):
     def batch_limit(self) -> int:
         """How many batches each DataLoader iterator on the fault's rank yields before it stops."""
         return self.batches
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two limits on one rank's loaders: the shorter stops them, the other never does."""
+        return "cut the rank's DataLoader short" if isinstance(other, UnevenInputs) else None
 
     def limit(self, loader):
         """An iterator over at most ``batches`` items of ``loader``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import signal as signals
 import time
 
@@ -18,9 +19,11 @@ from ddpfaults.faults.base import Fault, _require_rank, _require_step
 class RankCrash(Fault):
     """``rank`` raises ``exc`` when it announces ``step``.
 
-    ``exc`` is an exception instance or class (default ``RuntimeError("injected crash")``);
-    it must be picklable since it travels to the rank.
+    ``exc`` is an exception instance or class (default ``RuntimeError("injected crash")``; a class is built
+    with the message ``"injected crash"``); it must survive pickling, since it travels to the rank.
     """
+
+    ends_rank = True
 
     def __init__(self, *, rank, step, exc: BaseException | type | None = None):
         super().__init__(rank=rank, step=step)
@@ -29,9 +32,23 @@ class RankCrash(Fault):
         if exc is None:
             exc = RuntimeError("injected crash")
         if isinstance(exc, type) and issubclass(exc, BaseException):
-            exc = exc("injected crash")
+            try:
+                exc = exc("injected crash")
+            except Exception as error:  # noqa: BLE001 - any failure to build it is the caller's bad argument
+                raise FaultError(
+                    f"RankCrash: exc={exc.__name__} cannot be built as {exc.__name__}('injected crash') "
+                    f"({type(error).__name__}: {error}); pass an instance"
+                ) from None
         if not isinstance(exc, BaseException):
             raise FaultError(f"RankCrash: exc must be an exception instance or class, got {exc!r}")
+        try:
+            if type(pickle.loads(pickle.dumps(exc))) is not type(exc):
+                raise TypeError("it comes back as another type")
+        except Exception as error:  # noqa: BLE001 - pickling fails in many ways; every one is a bad argument
+            raise FaultError(
+                f"RankCrash: exc={exc!r} cannot travel to the rank: pickling it fails ({type(error).__name__}: "
+                f"{error}); use an exception class defined at module level whose arguments rebuild it"
+            ) from None
         self.exc = exc
 
     def on_step(self, ctx) -> None:
@@ -42,22 +59,40 @@ class RankCrash(Fault):
         return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
 
 
+#: signals that do not end a process by default (ignored, or stop/continue it), and SIGUSR1, on which a rank
+#: dumps its stacks (faulthandler) and goes on: none of them kills a rank
+NOT_KILLING = frozenset(
+    getattr(signals, name)
+    for name in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGUSR1")
+    if hasattr(signals, name)
+)
+
+
 class RankKilled(Fault):
     """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step``: an OOM kill, a
-    preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died."""
+    preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died.
+    ``signal`` must be one whose default action ends a process (not SIGCHLD, SIGSTOP, ..., nor SIGUSR1, which
+    ddpfaults uses to take a rank's stacks)."""
+
+    ends_rank = True
 
     def __init__(self, *, rank, step, signal: int = signals.SIGKILL):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
         try:
-            if isinstance(signal, bool):
+            if isinstance(signal, bool) or not isinstance(signal, int):
                 raise ValueError(signal)
             self.signal = signals.Signals(signal)
         except ValueError:
             raise FaultError(
                 f"RankKilled: signal must be a signal number like signal.SIGKILL, got {signal!r}"
             ) from None
+        if self.signal in NOT_KILLING:
+            raise FaultError(
+                f"RankKilled: signal {self.signal.name} does not kill a rank (ignored, stops it, or ddpfaults' "
+                f"stack-dump signal); use SIGKILL, SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS..."
+            )
 
     def on_step(self, ctx) -> None:
         """Send the signal to this rank's own process."""
@@ -139,11 +174,22 @@ class SkippedCollective(Fault):
             )
         self.op = op
 
+    def matches(self, op: str) -> bool:
+        """True if this fault skips a collective ``op`` (its op; any torch.distributed call without one)."""
+        return op == self.op or (self.op is None and op != DDP_BUCKET)
+
     def skips_collective(self, ctx, op: str) -> bool:
         """Skip once per (rank, step): the first matching collective."""
-        if op != self.op and (self.op is not None or op == DDP_BUCKET):
-            return False
-        return ctx.once(self)
+        return self.matches(op) and ctx.once(self)
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two skips whose ops overlap both claim the first matching collective."""
+        if not isinstance(other, SkippedCollective):
+            return None
+        ops = {self.op, other.op}
+        if len(ops) == 1 or (None in ops and DDP_BUCKET not in ops):
+            return f"skip the first {self.op or other.op or 'collective'}"
+        return None
 
     def acts_on_ddp_buckets(self, rank: int) -> bool:
         """A ``"ddp_bucket"`` skip needs DDP's comm hook on its ranks."""
@@ -157,7 +203,8 @@ class SkippedCollective(Fault):
 
 
 class RankOnlyBarrier(Fault):
-    """``rank`` alone calls ``dist.barrier()`` at ``step`` (e.g. ``if rank == 0: dist.barrier()``)."""
+    """``rank`` alone calls ``dist.barrier()`` at ``step`` (e.g. ``if rank == 0: dist.barrier()``): the step's
+    first collective on that rank."""
 
     def __init__(self, *, rank, step):
         super().__init__(rank=rank, step=step)
@@ -169,3 +216,11 @@ class RankOnlyBarrier(Fault):
         import torch.distributed as dist
 
         dist.barrier()
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two lone barriers (the rank waits in the first), or a skip that would swallow the lone barrier."""
+        if isinstance(other, RankOnlyBarrier):
+            return "call the lone barrier"
+        if isinstance(other, SkippedCollective) and other.matches("barrier"):
+            return "act on the step's first barrier (the skip would swallow the lone barrier)"
+        return None

@@ -25,7 +25,14 @@ import time
 
 from ddpfaults.judge import flight
 from ddpfaults.judge.results import RankResult, RankState, WorldResult
-from ddpfaults.judge.verdict import first_divergence, is_waiting_stack, mark_collateral, root_cause, world_outcome
+from ddpfaults.judge.verdict import (
+    first_divergence,
+    is_waiting_stack,
+    mark_collateral,
+    root_cause,
+    unfired_faults,
+    world_outcome,
+)
 from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
 from ddpfaults.spec import RunSpec, StopReason
 
@@ -245,10 +252,11 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     return flight.collectives(dump, since_wall=start["wall"], steps=steps)  # the recorder's clock is the wall clock
 
 
-def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> WorldResult:
-    """The world's result: every rank's result, collateral errors marked, divergence, root cause, outcome.
+def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **about) -> WorldResult:
+    """The world's result: every rank's result, collateral errors marked, divergence, root cause, outcome, and
+    which faults of ``plan`` (the world's fault values) fired and which never did.
 
-    ``about`` holds the :class:`WorldResult` fields the judge cannot know (faults, function, replay, ...).
+    ``about`` holds the :class:`WorldResult` fields the judge cannot know (function, replay, ...).
     """
     observer.collect_flight_records(observer.live(time.monotonic()))
     now = time.monotonic()
@@ -279,6 +287,8 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, **about) -> Wor
         timeout=spec.timeout,
         startup=spec.custom_startup,
         divergence=divergence,
+        faults=[repr(f) for f in plan],
         fired=fired,
+        unfired=unfired_faults(plan, ranks, fired),
         **about,
     )

@@ -95,6 +95,31 @@ class FiredFault:
         return f"{self.fault} fired on rank {self.rank}{step} ({self.how})"
 
 
+@dataclass(frozen=True)
+class UnfiredFault:
+    """A fault of the plan that never took effect on any rank: which (its index in the plan, and its repr), and
+    ``finished``: the ranks it targets that finished their function normally all the same.
+
+    Those ranks gave it every chance (its step, batch, save or collective never came there), so a non-empty
+    ``finished`` is an error (:attr:`had_chance`); with none, every rank it targets raised, died or was still
+    running or blocked at the verdict, and its moment may simply never have come."""
+
+    index: int
+    fault: str
+    finished: tuple = ()
+
+    @property
+    def had_chance(self) -> bool:
+        """True if a rank it targets finished its function without it taking effect."""
+        return bool(self.finished)
+
+    def describe(self) -> str:
+        """``EmptyBatch(rank=1, step=9) never fired, though rank 1 finished its function``."""
+        if self.had_chance:
+            return f"{self.fault} never fired, though {format_ranks(self.finished)} finished without it taking effect"
+        return f"{self.fault} never fired (no rank it targets finished its function: they raised, died or stalled)"
+
+
 def format_ranks(ranks) -> str:
     """``rank 2`` / ``ranks 0, 1, 3`` / ``ranks 0-8, 10-15`` (runs of three or more collapsed)."""
     ranks = sorted(ranks)
@@ -232,6 +257,7 @@ class WorldResult:
     divergence: Divergence | None = None
     faults: list[str] = field(default_factory=list)
     fired: list[FiredFault] = field(default_factory=list)
+    unfired: list[UnfiredFault] = field(default_factory=list)  # faults of the plan that never took effect
     function: str = ""  # file.py:name of a rank function, or the script (train.py, -m pkg.module) of a script world
     kwargs: str = ""  # repr of the keyword arguments the function got (a script's argv), for the replay line
     step_clock: str = "ctx.step"  # who started steps: ctx.step, or a script world's optimizer / dataloader seam
@@ -266,6 +292,9 @@ class WorldResult:
         kwargs["outcome"] = Outcome(kwargs["outcome"])
         kwargs["ranks"] = [RankResult.from_dict(r) for r in kwargs["ranks"]]
         kwargs["fired"] = [FiredFault(**f) for f in kwargs.get("fired", [])]
+        kwargs["unfired"] = [
+            UnfiredFault(f["index"], f["fault"], tuple(f.get("finished", ()))) for f in kwargs.get("unfired", [])
+        ]
         kwargs["divergence"] = Divergence.from_dict(kwargs["divergence"]) if kwargs.get("divergence") else None
         return cls(**kwargs)
 
@@ -359,6 +388,7 @@ def report_parts(world: WorldResult, *, output_lines: int = 15) -> tuple[str, li
     if world.faults:
         out.append("faults: " + ", ".join(world.faults))
         out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
+        out += [f"  - {unfired.describe()}" for unfired in world.unfired]
     if world.outcome != "completed":
         out.append(f"replay: {replay_line(world)}")
     sections = [

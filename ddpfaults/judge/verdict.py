@@ -12,6 +12,7 @@ from ddpfaults.judge.results import (
     Outcome,
     RankResult,
     RankState,
+    UnfiredFault,
     format_ranks,
 )
 
@@ -187,3 +188,15 @@ def mark_collateral(ranks: list[RankResult]) -> None:
     """Flag each failed rank whose error is a consequence of a peer's failure or a hang."""
     for rank in ranks:
         rank.collateral = rank.state == RankState.RAISED and is_collateral(rank.error)
+
+
+def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
+    """The faults of ``plan`` (fault values: their ``ranks``, None for every rank) with no ``fired`` record, each
+    with the ranks it targets that finished their function all the same (see :class:`UnfiredFault`)."""
+    took = {f.index for f in fired}
+    finished = [r.rank for r in ranks if RankState(r.state) == RankState.FINISHED]
+    return [
+        UnfiredFault(i, repr(fault), tuple(r for r in finished if fault.ranks is None or r in fault.ranks))
+        for i, fault in enumerate(plan)
+        if i not in took
+    ]

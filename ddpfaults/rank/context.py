@@ -122,7 +122,10 @@ class RankContext:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
         self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step")
-        for fault in self._active():
+        active = self._active()
+        for fault in active:
+            fault.arm(self)
+        for fault in active:
             if type(fault).on_step is not Fault.on_step:
                 self.record_fired(fault, "on_step")
                 fault.on_step(self)

@@ -4,7 +4,7 @@ Installed once per rank process (inert outside a job); each consults the current
 
 - **DataLoader**: the first batch a ``torch.utils.data.DataLoader`` iterator yields at a fault's step passes
   its ``on_batch`` (``EmptyBatch``, ``SchemaDrift``); an iterator stops early at a fault's ``batch_limit``
-  (``UnevenInputs``).
+  (``UnevenInputs``; it fires only if the iterator had a batch left, which is dropped).
   The same patch covers every loader built on DataLoader (Lightning's, Accelerate's).
 - **DDP construction**: ``DistributedDataParallel(...)`` gets the faults' ``ddp_kwargs`` (``DeviceMismatch``), and a
   comm hook where a fault acts on its gradient buckets (``SkippedCollective(op="ddp_bucket")``; a model that
@@ -94,10 +94,13 @@ def _next_batch(original):
         if ctx is None:
             return original(self)
         yielded = getattr(self, "_ddpfaults_yielded", 0)
-        for fault in ctx.seam_faults():
-            if fault.batch_limit is not None and yielded >= fault.batch_limit:
-                ctx.record_fired(fault, f"stopped a DataLoader iterator after {yielded} batch(es)")
-                raise StopIteration
+        limits = [f for f in ctx.seam_faults() if f.batch_limit is not None and yielded >= f.batch_limit]
+        if limits:
+            if not getattr(self, "_ddpfaults_cut", False):
+                original(self)  # a loader with no batch left ends here (StopIteration): nothing was cut off
+                self._ddpfaults_cut = True
+                ctx.record_fired(limits[0], f"stopped a DataLoader iterator after {yielded} batch(es)")
+            raise StopIteration
         batch = original(self)
         self._ddpfaults_yielded = yielded + 1
         if ctx.clock == DATALOADER:

@@ -259,7 +259,7 @@ def judge_world(store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
             spec=plan.spec,
             t0_wall=t0,
             holds_seat=lambda: int(store.multi_get(["judge"])[0]) == env.rank,
-            faults=[repr(f) for f in plan.faults],
+            plan=plan.faults,
             function=plan.function,
             replay=plan.replay,
         )

@@ -543,3 +543,41 @@ def test_ranks_raising_the_same_error_at_the_same_step_name_the_lowest_rank():
         for r in range(4)
     ]
     assert root_cause(ranks, None, "ended")[0] == 0
+
+
+# -- faults that never fired ------------------------------------------------------------------------
+
+
+def test_unfired_faults_name_the_finished_ranks_that_gave_them_their_chance():
+    from ddpfaults.faults import EmptyBatch, RankCrash, SchemaDrift, Straggler
+    from ddpfaults.judge.results import FiredFault, UnfiredFault
+    from ddpfaults.judge.verdict import unfired_faults
+
+    plan = [
+        RankCrash(rank=1, step=1),  # fired
+        Straggler(rank=1, step=3, seconds=1),  # rank 1 raised first: no chance
+        EmptyBatch(rank=[1, 2], step=4),  # rank 2 finished: had its chance there
+        SchemaDrift(key="k"),  # every rank: ranks 0 and 2 finished
+        EmptyBatch(rank=3, step=0),  # rank 3 still blocked at the verdict: no chance
+    ]
+    ranks = [
+        rank(0),
+        rank(1, RankState.RAISED, error="RuntimeError: injected crash"),
+        rank(2),
+        rank(3, RankState.BLOCKED),
+    ]
+    fired = [FiredFault(0, repr(plan[0]), 1, 1, "on_step")]
+    unfired = unfired_faults(plan, ranks, fired)
+    assert unfired == [
+        UnfiredFault(1, repr(plan[1]), ()),
+        UnfiredFault(2, repr(plan[2]), (2,)),
+        UnfiredFault(3, repr(plan[3]), (0, 2)),
+        UnfiredFault(4, repr(plan[4]), ()),
+    ]
+    assert [u.had_chance for u in unfired] == [False, True, True, False]
+    assert unfired[1].describe() == f"{plan[2]!r} never fired, though rank 2 finished without it taking effect"
+    assert unfired[2].describe().endswith("though ranks 0, 2 finished without it taking effect")
+    assert unfired[0].describe() == (
+        f"{plan[1]!r} never fired (no rank it targets finished its function: they raised, died or stalled)"
+    )
+    assert unfired_faults(plan[:1], ranks, fired) == [] and unfired_faults([], ranks, []) == []

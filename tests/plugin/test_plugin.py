@@ -305,7 +305,7 @@ def test_module_that_fails_to_import_is_a_collection_error_naming_it(user):
     [
         ("[RankCrash(rank=5, step=1)]", 2, "*rank 5 does not exist in a world of 2 ranks*"),
         ("[RankCrash(rank=5, step=1)]", None, "*rank 5 does not exist in a world of 4 ranks*"),  # checked at collection
-        ("['not a fault']", 2, "*'not a fault' is not a ddpfaults fault*"),
+        ("['not a fault']", 2, "*faults[[]0] is 'not a fault', not a ddpfaults fault*"),  # fnmatch: [[] is a [
     ],
 )
 def test_invalid_fault_in_a_scenario_is_a_collection_error_naming_the_file(user, faults, world_size, message):

@@ -168,3 +168,23 @@ def dataloader_workers(ctx, tmpdir):
     for _ in range(2):
         assert sum(len(batch) for batch in loader) == 8
     return multiprocessing.get_start_method(), sorted(os.listdir(tmpdir))
+
+
+def save_checkpoints(ctx, steps=3, save_steps=(2,)):
+    """Rank 0 saves a small checkpoint into shared_dir at ``save_steps`` only; every rank meets a barrier per step."""
+    for step in range(steps):
+        ctx.step(step)
+        if ctx.rank == 0 and step in save_steps:
+            torch.save({"step": torch.tensor(step)}, os.path.join(ctx.shared_dir, "checkpoint.pt"))
+        dist.barrier()
+    return ctx.rank
+
+
+def iterate_loader(ctx, batches=3):
+    """Every rank iterates a DataLoader of ``batches`` batches, one ctx.step per batch; returns the batches it got."""
+    loader = torch.utils.data.DataLoader(list(range(batches * 2)), batch_size=2)
+    seen = []
+    for step, batch in enumerate(loader):
+        ctx.step(step)
+        seen.append(batch.tolist())
+    return seen

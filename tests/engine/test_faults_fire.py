@@ -1,0 +1,200 @@
+"""No silent passes from faults: in real worlds, a fault that never takes effect is an error of run_world,
+run_script, the CLI and the ddp_world fixture (unless allowed), is listed in the result's ``unfired``, and a fault
+counts as fired only where it had its effect (a checkpoint fault at a step without a save, a loader limit a
+loader never reaches: not fired)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import rankfns
+from ddpfaults import Outcome, RankState, run_script, run_world
+from ddpfaults.errors import FaultNeverFired
+from ddpfaults.faults import (
+    EmptyBatch,
+    RankCrash,
+    Straggler,
+    TornCheckpointWrite,
+    UnevenInputs,
+    WriterKilledMidSave,
+)
+from ddpfaults.judge.results import UnfiredFault, WorldResult
+from pluginruns import assert_no_orphans, isolate, run
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+PLAIN = os.path.join(SCRIPTS, "plain_train.py")
+
+
+# -- run_world ----------------------------------------------------------------------------------
+
+
+def test_a_step_that_never_comes_raises_fault_never_fired_carrying_the_result():
+    crash = RankCrash(rank=1, step=9)
+    with pytest.raises(FaultNeverFired) as info:
+        run_world(rankfns.all_reduce_steps, world_size=2, faults=[crash], kwargs={"steps": 3})
+    result = info.value.result
+    assert isinstance(result, WorldResult) and result.outcome == Outcome.COMPLETED, result.report()
+    assert result.fired == [] and result.unfired == [UnfiredFault(0, repr(crash), (1,))]
+    text = str(info.value)
+    assert f"FaultNeverFired: {crash!r} never fired, though rank 1 finished" in text, text
+    assert "require_faults_fire=False" in text and "world completed" in text
+    assert f"{crash!r} never fired, though rank 1 finished" in result.report()  # the report says so too
+
+
+def test_an_empty_batch_for_a_rank_that_never_asks_for_a_batch_raises():
+    with pytest.raises(FaultNeverFired) as info:
+        run_world(rankfns.all_reduce_steps, world_size=2, faults=[EmptyBatch(rank=1, step=1)])
+    assert [u.finished for u in info.value.result.unfired] == [(1,)]
+
+
+def test_require_faults_fire_false_returns_the_result_with_its_unfired_faults():
+    plan = [EmptyBatch(rank=0, step=1), RankCrash(rank=1, step=9)]
+    result = run_world(rankfns.all_reduce_steps, world_size=2, faults=plan, require_faults_fire=False)
+    assert result.outcome == Outcome.COMPLETED
+    assert result.unfired == [UnfiredFault(0, repr(plan[0]), (0,)), UnfiredFault(1, repr(plan[1]), (1,))]
+    data = json.loads(result.to_json())
+    assert data["unfired"] == [
+        {"index": 0, "fault": repr(plan[0]), "finished": [0]},
+        {"index": 1, "fault": repr(plan[1]), "finished": [1]},
+    ]
+    assert WorldResult.from_dict(data).unfired == result.unfired
+
+
+def test_a_fault_whose_rank_crashed_before_its_step_had_no_chance():
+    """Rank 1 crashes at step 1: its Straggler at step 3 never fires, and that is no error (rank 1 never finished);
+    the unfired list still names it, with no finished rank."""
+    plan = [RankCrash(rank=1, step=1), Straggler(rank=1, step=3, seconds=0.1)]
+    result = run_world(rankfns.all_reduce_steps, world_size=3, faults=plan)
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 1, result.report()
+    assert [f.index for f in result.fired] == [0]
+    assert result.unfired == [UnfiredFault(1, repr(plan[1]), ())]
+    assert "never fired (no rank it targets finished" in result.report()
+
+
+def test_a_fault_on_a_rank_that_finished_in_a_crashed_world_still_raises():
+    """The rule is per fault, not per world: rank 2 finishes its function although the world crashed (the crash
+    is on rank 1 after its last collective), so rank 2's Straggler at a step that never comes had every chance."""
+    plan = [RankCrash(rank=1, step=3), Straggler(rank=2, step=7, seconds=0.1)]
+    with pytest.raises(FaultNeverFired) as info:
+        run_world(rankfns.iterate_loader, world_size=3, faults=plan, kwargs={"batches": 4})
+    result = info.value.result
+    assert result.outcome == Outcome.CRASHED and result.ranks[2].state == RankState.FINISHED, result.report()
+    assert result.unfired == [UnfiredFault(1, repr(plan[1]), (2,))]
+
+
+# -- a fault fires only where it had its effect ------------------------------------------------
+
+
+def test_a_checkpoint_fault_at_a_step_without_a_save_never_fires():
+    """Rank 0 saves at step 2 only. A torn write planned at step 1 tears nothing: before, it was counted as fired
+    on every rank (armed at the step's start); now it is unfired, and an error since every rank finished."""
+    for fault in (TornCheckpointWrite(writer=0, step=1), WriterKilledMidSave(writer=0, step=1)):
+        with pytest.raises(FaultNeverFired) as info:
+            run_world(rankfns.save_checkpoints, world_size=3, faults=[fault])
+        result = info.value.result
+        assert result.outcome == Outcome.COMPLETED and result.fired == [], result.report()
+        assert result.unfired == [UnfiredFault(0, repr(fault), (0,))]
+
+
+def test_a_checkpoint_fault_at_a_step_with_a_save_fires_on_the_writer_only():
+    torn = run_world(rankfns.save_checkpoints, world_size=3, faults=[TornCheckpointWrite(writer=0, step=2)])
+    assert torn.outcome == Outcome.COMPLETED and torn.unfired == [], torn.report()
+    assert [(f.rank, f.step) for f in torn.fired] == [(0, 2)] and "held torch.save" in torn.fired[0].how
+    killed = run_world(rankfns.save_checkpoints, world_size=3, faults=[WriterKilledMidSave(writer=0, step=2)])
+    assert killed.outcome == Outcome.CRASHED and killed.root_rank == 0, killed.report()
+    assert [(f.rank, f.step) for f in killed.fired] == [(0, 2)] and "SIGKILLed the writer" in killed.fired[0].how
+
+
+@pytest.mark.parametrize("batches", [3, 5])
+def test_uneven_inputs_fire_only_when_they_cut_a_loader_short(batches):
+    """A limit of 3 (or 5) batches on a loader of 3 cuts nothing: before, the loader's natural end after exactly
+    3 batches was recorded as the fault stopping it; now it never fires. A limit of 2 cuts the third batch off."""
+    with pytest.raises(FaultNeverFired) as info:
+        run_world(rankfns.iterate_loader, world_size=2, faults=[UnevenInputs(rank=0, batches=batches)])
+    result = info.value.result
+    assert result.fired == [] and result.values == [[[0, 1], [2, 3], [4, 5]]] * 2
+    cut = run_world(rankfns.iterate_loader, world_size=2, faults=[UnevenInputs(rank=0, batches=2)])
+    assert cut.values == [[[0, 1], [2, 3]], [[0, 1], [2, 3], [4, 5]]] and cut.unfired == []
+    assert [f.how for f in cut.fired] == ["stopped a DataLoader iterator after 2 batch(es)"]
+
+
+# -- run_script, the CLI, the ddp_world fixture -----------------------------------------------------
+
+
+def test_run_script_raises_for_a_fault_whose_step_never_comes():
+    with pytest.raises(FaultNeverFired) as info:
+        run_script(PLAIN, world_size=2, faults=[EmptyBatch(rank=1, step=40)])
+    result = info.value.result
+    assert result.outcome == Outcome.COMPLETED and result.unfired[0].finished == (1,), result.report()
+    allowed = run_script(PLAIN, world_size=2, faults=[EmptyBatch(rank=1, step=40)], require_faults_fire=False)
+    assert allowed.outcome == Outcome.COMPLETED and allowed.unfired == result.unfired
+
+
+def test_cli_run_fails_on_an_unfired_fault_unless_allowed(tmp_path):
+    command = [
+        sys.executable,
+        "-m",
+        "ddpfaults",
+        "run",
+        "tests/support/rankfns.py:all_reduce_steps",
+        "--world-size",
+        "2",
+        "--faults",
+        "[RankCrash(rank=1, step=9)]",
+    ]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPTS)))
+    out = tmp_path / "world.json"
+    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "world COMPLETED" in done.stdout  # the report is printed all the same
+    assert "FaultNeverFired: RankCrash(rank=1, step=9" in done.stderr and "--allow-unfired" in done.stderr
+    assert json.loads(out.read_text())["unfired"][0]["finished"] == [1]
+    allowed = subprocess.run([*command, "--allow-unfired"], capture_output=True, text=True, timeout=120, cwd=root)
+    assert allowed.returncode == 0 and "FaultNeverFired" not in allowed.stderr, allowed.stdout + allowed.stderr
+
+
+RANKFNS = """
+import torch
+import torch.distributed as dist
+
+
+def steps(ctx):
+    for step in range(3):
+        ctx.step(step)
+        dist.all_reduce(torch.ones(1))
+"""
+
+FIXTURE_TESTS = """
+import rankfns_fire
+from ddpfaults.faults import RankCrash
+
+
+def test_unfired(ddp_world):
+    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)])
+
+
+def test_allowed(ddp_world):
+    plan = [RankCrash(rank=1, step=9)]
+    result = ddp_world.run(rankfns_fire.steps, world_size=2, faults=plan, require_faults_fire=False)
+    assert result.unfired[0].finished == (1,)
+
+
+def test_expected(ddp_world):
+    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)], expect="completed")
+"""
+
+
+def test_the_ddp_world_fixture_fails_a_test_whose_fault_never_fired_once(pytester, monkeypatch):
+    """Without expect the fixture applies run_world's rule; with one, the Expect's faults_fire reports it: once."""
+    isolate(pytester, monkeypatch, rankfns_fire=RANKFNS, test_fixture=FIXTURE_TESTS)
+    outcome, document = run(pytester, "test_fixture.py")
+    outcome.assert_outcomes(failed=2, passed=1)
+    text = outcome.stdout.str()
+    for name in ("test_unfired", "test_expected"):
+        section = text.split(f"_ {name} _", 1)[1].split("\nreplay: ", 1)[0]  # its failure, up to the replay line
+        assert section.count("FaultNeverFired") == 1, section
+    assert [w["unfired"][0]["finished"] for w in document["worlds"]] == [[1], [1], [1]]
+    assert_no_orphans(document)
