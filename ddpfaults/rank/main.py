@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import batches
-from ddpfaults.rank import context, flight, seams
+from ddpfaults.rank import context, flight, forkserver, seams, tree
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 
@@ -73,17 +73,13 @@ def _write_result(path: str, result: dict) -> None:
 
 
 def _watch_launcher(world_dir: str) -> None:
-    """Kill this rank's whole process group (with its DataLoader workers) when the launcher dies.
+    """Kill everything this rank started (its process group, and below it whatever left the group) when the
+    launcher dies.
 
     The parent sentinel is a pipe end that becomes readable when the launcher exits (for
     forkserver ranks the OS parent is the fork server, so PR_SET_PDEATHSIG alone is not enough).
     """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the OS parent too
-    except (OSError, AttributeError):
-        pass
+    tree.prctl(tree.PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the OS parent too
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -91,6 +87,7 @@ def _watch_launcher(world_dir: str) -> None:
     def watch():
         multiprocessing.connection.wait([parent.sentinel])
         shutil.rmtree(world_dir, ignore_errors=True)  # the launcher died and cannot clean up
+        tree.kill_below(os.getpid())
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="ddpfaults-launcher-watch", daemon=True).start()
@@ -261,6 +258,8 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
     A warm rank whose job left state behind stops taking jobs (the launcher will not reuse it).
     """
     os.setsid()  # own process group: the launcher kills the rank and its children with one killpg
+    tree.become_subreaper()  # and what leaves the group (a new session, a daemon) stays below the rank
+    forkserver.leave()
     for fd in config.close_fds:
         try:
             os.close(fd)
