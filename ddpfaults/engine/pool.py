@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import types
 
 from ddpfaults.engine import census
 from ddpfaults.rank import tree
-from ddpfaults.rank.main import Job, RankConfig
+from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
@@ -47,6 +48,7 @@ class RankSet:
         self.start_method = start_method
         self.warm = warm
         self.dir = tempfile.mkdtemp(prefix="ddpfaults-world-")
+        os.mkdir(world_tmp(self.dir))
         self.pg_timeout = max(timeout + 30.0, WARM_PG_TIMEOUT) if warm else timeout + 30.0
         self.backend = backend
         self.threads = threads

@@ -21,6 +21,7 @@ import pickle
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -91,6 +92,24 @@ def _watch_launcher(world_dir: str) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="ddpfaults-launcher-watch", daemon=True).start()
+
+
+def world_tmp(world_dir: str) -> str:
+    """The ranks' TMPDIR: a directory inside the world's, which goes when the world does."""
+    return os.path.join(world_dir, "tmp")
+
+
+def _use_world_tmp(world_dir: str) -> None:
+    """Point TMPDIR (and ``tempfile``, which caches it) at :func:`world_tmp`: what the job leaves in temp dirs (a
+    script's scratch files, multiprocessing's ``pymp-*``) cannot outlive the world, even a rank killed mid-job.
+    torch.compile's cache stays where it would have been (it defaults to a directory under TMPDIR)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    tempfile.tempdir = None  # gettempdir() reads the job's environment again
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+    os.environ["TMPDIR"] = world_tmp(world_dir)
+    tempfile.tempdir = None
 
 
 def _redirect_output(path: str) -> None:
@@ -174,6 +193,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     _redirect_output(os.path.join(job.job_dir, f"rank{r}.out"))
     os.environ.clear()
     os.environ.update(job.env)
+    _use_world_tmp(config.world_dir)
     flight.enable()
     global _stack_file
     previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")

@@ -1,6 +1,6 @@
 """Nothing a world starts may outlive it: a rank's child in a session of its own, or a daemon it double-forked, dies
 with the world (completed or crashed), and with the launcher (however it ends) so do the fork server and the
-resource tracker."""
+resource tracker; what the ranks leave in temp dirs goes with the world too."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import time
 import pytest
 
 import escapefns
-from ddpfaults import run_world
-from ddpfaults.engine import census
+from ddpfaults import run_script, run_world
+from ddpfaults.engine import census, pool
 from processes import alive, descendants
 
 #: tests/support (the helper modules): the launcher scripts below run outside pytest, so they put them on sys.path
@@ -127,3 +127,34 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path, how, kwargs):
         if launcher.poll() is None:
             launcher.kill()
             launcher.communicate()
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["completed", "rank-killed"])
+def test_temp_dirs_the_ranks_made_go_with_the_world(tmp_path, kill):
+    result = run_world(escapefns.make_scratch_dir, world_size=2, args=(str(tmp_path),), kwargs={"kill": kill})
+    assert result.outcome == ("crashed" if kill else "completed"), result.report()
+    scratch = [(tmp_path / f"scratch{r}").read_text() for r in range(2)]
+    if not kill:  # the world stays up, warm, and its temp dir with it: until the pool is closed
+        assert result.reused and all(os.path.isdir(s) for s in scratch)
+        pool.close_all()
+    assert not any(os.path.exists(s) for s in scratch), f"left behind: {scratch}"
+
+
+SCRIPT = """
+import os, tempfile
+import torch.distributed as dist
+dist.init_process_group("gloo")
+scratch = tempfile.mkdtemp(prefix="ckpt-")
+with open(os.path.join({directory!r}, f"scratch{{dist.get_rank()}}"), "w") as f:
+    f.write(scratch)
+raise RuntimeError("the script crashed before removing its scratch directory")
+"""
+
+
+def test_a_script_worlds_temp_dirs_go_with_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(directory=str(tmp_path)))
+    result = run_script(script, world_size=2)
+    assert result.outcome == "crashed", result.report()
+    scratch = [(tmp_path / f"scratch{r}").read_text() for r in range(2)]
+    assert not any(os.path.exists(s) for s in scratch), f"left behind: {scratch}"

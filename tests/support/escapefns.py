@@ -64,3 +64,18 @@ def written_pids(directory, world_size, kind="escapee"):
             with open(path) as f:
                 pids.append(int(f.read()))
     return pids
+
+
+def make_scratch_dir(ctx, directory, kill=False):
+    """Make a directory with ``tempfile.mkdtemp`` and leave it there, writing its path to ``directory/scratch{rank}``;
+    with ``kill``, rank 1 then dies by SIGKILL (nothing of its own clean-up runs)."""
+    import signal
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="scratch-")
+    _write(os.path.join(directory, f"scratch{ctx.rank}"), scratch)
+    ctx.step(0)
+    if kill and ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(1))
+    return scratch
