@@ -256,8 +256,9 @@ class DDPWorld:
 
 
 def _reap(results) -> None:
-    """Orphan census of finished worlds: SIGKILL whatever is left in their ranks' process groups (except ranks
-    the engine keeps warm in its pool on purpose), and say so."""
+    """Orphan census of finished worlds: SIGKILL whatever is left of their ranks (see ``census.survivors``: their
+    process groups, what is below them, the fork server's orphans; except ranks the engine keeps warm in its pool
+    on purpose), and say so."""
     import signal
 
     from ddpfaults.engine import census

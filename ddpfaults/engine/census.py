@@ -1,8 +1,19 @@
-"""Find processes a world left behind: its ranks and anything in their process groups."""
+"""Find processes a world left behind: its ranks, anything in their process groups, and everything below them.
+
+What a rank starts can leave its process group and session (a child in a session of its own, a daemon's double
+fork). It stays below the rank, which is a child subreaper (see :mod:`ddpfaults.rank.tree`); and once the rank is
+gone, below the fork server, which is one too (:mod:`ddpfaults.rank.forkserver`): a child of the fork server that
+is no process this launcher started is such an orphan. The fork server is shared by every world of this process,
+so an orphan cannot be told apart by world: it counts (and is killed) with any world closed after it appeared.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
 import os
+
+from ddpfaults.rank import tree
 
 #: pid of every rank process started by this launcher process (each is also its process group id)
 LAUNCHED: list[int] = []
@@ -10,14 +21,9 @@ LAUNCHED: list[int] = []
 POOLED: set[int] = set()
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, process group id) of a live process, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[2])
+def fork_server() -> int | None:
+    """The pid of this process's multiprocessing fork server, None if none was started."""
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
 
 
 def _cmdline(pid: int) -> str:
@@ -29,19 +35,20 @@ def _cmdline(pid: int) -> str:
 
 
 def survivors(pids=None) -> list[tuple[int, str]]:
-    """Live (non-zombie) processes that are one of ``pids`` or in a process group led by one of them.
+    """Live (non-zombie) processes that are one of the ranks ``pids``, in a process group led by one of them, or
+    below one of them; and the orphans the fork server adopted (with everything below them).
 
     ``pids`` defaults to every rank this process ever launched, less the warm ones kept in the
     pool. Returns (pid, command line) pairs.
     """
-    groups = set(LAUNCHED) - POOLED if pids is None else set(pids)
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        info = _stat(int(entry))
-        if info is None or info[0] in ("Z", "X"):
-            continue
-        if int(entry) in groups or info[1] in groups:
-            found.append((int(entry), _cmdline(int(entry))))
-    return found
+    ranks = set(LAUNCHED) - POOLED if pids is None else set(pids)
+    table = tree.snapshot()
+    server = fork_server()
+    parents = {os.getpid(), server}
+    # a rank's pid once it is gone may be any process's by now: only a child of ours is that rank
+    roots = {p.pid for p in table.values() if p.pid in ranks and p.ppid in parents}
+    if server in table and table[server].ppid == os.getpid():
+        started = {p.pid for p in multiprocessing.active_children()}
+        roots |= {p.pid for p in table.values() if p.ppid == server and p.pid not in started}
+    found = roots | tree.below(roots, table) | {p.pid for p in table.values() if p.pgid in ranks}
+    return [(pid, _cmdline(pid)) for pid in sorted(found) if table[pid].live]

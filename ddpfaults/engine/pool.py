@@ -16,7 +16,6 @@ import io
 import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -26,13 +25,22 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import set_spawning_popen
 
 from ddpfaults.engine import census
-from ddpfaults.rank.main import Job, RankConfig
+from ddpfaults.rank import tree
+from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
-#: dump import torch._dynamo: ~1 s of CPU per rank otherwise).
-_FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "ddpfaults.rank.main"]
+#: dump import torch._dynamo: ~1 s of CPU per rank otherwise); the first sets the fork server up to keep, and at
+#: the launcher's death kill, whatever the ranks leave behind (see ddpfaults.rank.forkserver).
+_FORKSERVER_PRELOAD = [
+    "ddpfaults.rank.forkserver",
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch._dynamo",
+    "ddpfaults.rank.main",
+]
 
 
 class RankSet:
@@ -44,6 +52,7 @@ class RankSet:
         self.start_method = start_method
         self.warm = warm
         self.dir = tempfile.mkdtemp(prefix="ddpfaults-world-")
+        os.mkdir(world_tmp(self.dir))
         self.pg_timeout = max(timeout + 30.0, WARM_PG_TIMEOUT) if warm else timeout + 30.0
         self.backend = backend
         self.threads = threads
@@ -102,7 +111,8 @@ class RankSet:
         return [p.pid for p in self.procs if p.pid is not None]
 
     def close(self) -> None:
-        """SIGKILL every rank's process group, wait until none of their processes is left, remove the dir.
+        """SIGKILL every rank and everything it started (see :func:`census.survivors`: its process group, its
+        descendants in other sessions, orphans the fork server adopted), wait until none is left, remove the dir.
 
         Idempotent: a second call (e.g. from a ``finally``) does nothing.
         """
@@ -113,21 +123,12 @@ class RankSet:
         census.POOLED.difference_update(pids)
         for conn in self.conns:
             conn.close()
-        for pid in pids:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        tree.kill(pid for pid, _ in census.survivors(pids))
         for proc in self.procs:
             proc.join(timeout=10)
         deadline = time.monotonic() + 5
-        while census.survivors(pids) and time.monotonic() < deadline:
-            for pid, _ in census.survivors(pids):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        while (left := census.survivors(pids)) and time.monotonic() < deadline:
+            tree.kill(pid for pid, _ in left)
             time.sleep(0.01)
         shutil.rmtree(self.dir, ignore_errors=True)
 

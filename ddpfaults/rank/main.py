@@ -21,6 +21,7 @@ import pickle
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import batches
-from ddpfaults.rank import context, flight, seams
+from ddpfaults.rank import context, flight, forkserver, seams, tree
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 
@@ -73,17 +74,13 @@ def _write_result(path: str, result: dict) -> None:
 
 
 def _watch_launcher(world_dir: str) -> None:
-    """Kill this rank's whole process group (with its DataLoader workers) when the launcher dies.
+    """Kill everything this rank started (its process group, and below it whatever left the group) when the
+    launcher dies.
 
     The parent sentinel is a pipe end that becomes readable when the launcher exits (for
     forkserver ranks the OS parent is the fork server, so PR_SET_PDEATHSIG alone is not enough).
     """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the OS parent too
-    except (OSError, AttributeError):
-        pass
+    tree.prctl(tree.PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the OS parent too
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -91,9 +88,28 @@ def _watch_launcher(world_dir: str) -> None:
     def watch():
         multiprocessing.connection.wait([parent.sentinel])
         shutil.rmtree(world_dir, ignore_errors=True)  # the launcher died and cannot clean up
+        tree.kill_below(os.getpid())
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     threading.Thread(target=watch, name="ddpfaults-launcher-watch", daemon=True).start()
+
+
+def world_tmp(world_dir: str) -> str:
+    """The ranks' TMPDIR: a directory inside the world's, which goes when the world does."""
+    return os.path.join(world_dir, "tmp")
+
+
+def _use_world_tmp(world_dir: str) -> None:
+    """Point TMPDIR (and ``tempfile``, which caches it) at :func:`world_tmp`: what the job leaves in temp dirs (a
+    script's scratch files, multiprocessing's ``pymp-*``) cannot outlive the world, even a rank killed mid-job.
+    torch.compile's cache stays where it would have been (it defaults to a directory under TMPDIR)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    tempfile.tempdir = None  # gettempdir() reads the job's environment again
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+    os.environ["TMPDIR"] = world_tmp(world_dir)
+    tempfile.tempdir = None
 
 
 def _redirect_output(path: str) -> None:
@@ -177,6 +193,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     _redirect_output(os.path.join(job.job_dir, f"rank{r}.out"))
     os.environ.clear()
     os.environ.update(job.env)
+    _use_world_tmp(config.world_dir)
     flight.enable()
     global _stack_file
     previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")
@@ -261,6 +278,8 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
     A warm rank whose job left state behind stops taking jobs (the launcher will not reuse it).
     """
     os.setsid()  # own process group: the launcher kills the rank and its children with one killpg
+    tree.become_subreaper()  # and what leaves the group (a new session, a daemon) stays below the rank
+    forkserver.leave()
     # the user's own multiprocessing (DataLoader workers) gets the platform's default start method, as under
     # torchrun, not the fork server this rank was started by (a forkserver DataLoader waits seconds per epoch
     # and leaves pymp-* temp dirs behind a rank that ends with os._exit)

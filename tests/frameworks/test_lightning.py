@@ -101,10 +101,12 @@ def test_fixed_empty_batch_completes_and_lightning_joined_the_torchrun_world():
     _no_survivors(result)
 
 
-def _torchrun(argv, nproc, deadline):
-    """Run ``argv`` under plain torchrun; (exit status, output, worker pids). On the deadline, SIGKILL torchrun's
-    process group and every worker it started (torchrun gives each worker a session of its own)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] + argv
+def _torchrun(argv, nproc, deadline, log_dir):
+    """Run ``argv`` under plain torchrun, its logs in ``log_dir`` (else it leaves a torchelastic_* dir in /tmp);
+    (exit status, output, worker pids). On the deadline, SIGKILL torchrun's process group and every worker it
+    started (torchrun gives each worker a session of its own)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    command += [f"--log-dir={log_dir}"] + argv
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
@@ -125,10 +127,10 @@ def _torchrun(argv, nproc, deadline):
     return proc.returncode, out, [int(p) for p in re.findall(r"\(pid: (\d+)\)", out)] + [proc.pid]
 
 
-def test_plain_torchrun_gives_the_same_verdict():
+def test_plain_torchrun_gives_the_same_verdict(tmp_path):
     """The naive case run by plain torchrun and by run_script: both crashed, rank 1 the root cause, same error."""
     argv = [SCRIPT, "--strategy", "naive", "--empty-rank", "1", "--empty-step", "1"]
-    status, out, pids = _torchrun(argv, 2, TORCHRUN_DEADLINE)
+    status, out, pids = _torchrun(argv, 2, TORCHRUN_DEADLINE, tmp_path / "torchelastic")
     assert census.survivors(pids) == []
     assert status == 1, out
     root = out.split("Root Cause (first observed failure):", 1)[1]

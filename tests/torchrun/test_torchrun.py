@@ -103,6 +103,7 @@ def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0):
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=localhost:0",
         f"--rdzv-id={run_id}",
+        f"--log-dir={tmp_path / 'torchelastic'}",  # else torchrun leaves a torchelastic_* dir in /tmp per run
         "-m",
         "ddpfaults.launch",
         spec,

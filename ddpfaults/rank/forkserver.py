@@ -1,0 +1,105 @@
+"""The fork server's part in teardown: imported first by the fork server (``ddpfaults.engine.pool`` preloads it),
+it acts only there.
+
+Ranks started with the forkserver method are children of multiprocessing's fork server, not of the launcher.
+Two things let a rank's descendants outlive the launcher, and the fork server and resource tracker with them:
+
+- A descendant that left the rank's session (``Popen(start_new_session=True)``, a daemon's double fork) is not
+  killed with the rank's process group, and once its parents are gone it re-parents to init, where nothing of
+  ours can tell it from any other process.
+- The fork server runs until its "alive" pipe reads EOF (``multiprocessing.forkserver.main``), that is until
+  every write end is closed. The launcher holds one, and the fork server hands one to every rank it forks
+  (``_forkserver_alive_fd``, in ``_serve_one``), together with the write end of the resource tracker's pipe
+  (``resource_tracker._resource_tracker._fd``); the tracker likewise runs until its pipe reads EOF. ``os.fork``
+  copies every fd, so a daemon a rank forks holds both write ends: while it lives, the fork server (torch
+  imported: ~300 MB) and the tracker stay up after the launcher is gone. (``subprocess`` closes inherited fds
+  in the programs it runs, so a ``Popen`` child holds neither.)
+
+So here the fork server (1) becomes the child subreaper of everything below it: descendants of a rank that died
+re-parent to it rather than to init, the launcher's census finds them as its children that are no process the
+launcher started (``ddpfaults.engine.census``), and its own SIGCHLD loop reaps them; and (2) asks the kernel for
+:data:`SIGNAL` when the launcher dies (even by SIGKILL, which runs no clean-up in the launcher): it gives the
+ranks a moment to clean up after themselves (they watch the launcher too, see ``ddpfaults.rank.main``), kills
+everything still below it and exits, which closes the last write ends of both pipes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+import warnings
+
+from ddpfaults.rank import tree
+
+#: what the kernel sends the fork server when the launcher dies (PR_SET_PDEATHSIG)
+SIGNAL = signal.SIGUSR2
+#: seconds the ranks get to remove their world's directory before the fork server kills them
+GRACE = 2.0
+
+_server_pid: int | None = None
+_launcher_pid: int | None = None
+
+
+def _in_fork_server() -> bool:
+    """Whether this import runs from multiprocessing's fork server's ``main`` (its preload step)."""
+    server = sys.modules.get("multiprocessing.forkserver")
+    frame = sys._getframe(1)
+    while server is not None and frame is not None:
+        if frame.f_code is server.main.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _install() -> None:
+    global _server_pid, _launcher_pid
+    _server_pid, _launcher_pid = os.getpid(), os.getppid()
+    tree.become_subreaper()
+    # its SIGCHLD loop reaps the orphans it adopts too, and warns about each pid it did not fork
+    warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
+    signal.signal(SIGNAL, _on_parent_death)
+    tree.prctl(tree.PR_SET_PDEATHSIG, SIGNAL)  # a launcher gone before this line: the alive pipe ends the server
+
+
+def leave() -> None:
+    """In a process the fork server forked: drop the handler it installed for itself."""
+    if _server_pid is not None and os.getpid() != _server_pid:
+        signal.signal(SIGNAL, signal.SIG_DFL)
+
+
+def _on_parent_death(signum, frame) -> None:
+    if os.getpid() != _server_pid:  # a process forked from the server that has not called leave(): the default
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if os.getppid() == _launcher_pid:  # only the launcher's thread that started the server ended
+        return
+    deadline = time.monotonic() + GRACE
+    while time.monotonic() < deadline and _ranks_alive():
+        time.sleep(0.02)
+    tree.kill_below(os.getpid())
+    _remove_socket_dir()
+    os._exit(0)
+
+
+def _ranks_alive() -> bool:
+    """Whether a child still leads a session of its own, as each rank does (``os.setsid`` in its main)."""
+    table = tree.snapshot()
+    return any(p.ppid == _server_pid and p.sid == p.pid and p.live for p in table.values())
+
+
+def _remove_socket_dir() -> None:
+    """Remove the launcher's multiprocessing temp dir (``pymp-*``, holding this server's socket): the launcher's
+    exit would have, had it run its clean-up."""
+    import multiprocessing.forkserver
+
+    address = multiprocessing.forkserver._forkserver._forkserver_address
+    if isinstance(address, str) and os.path.basename(os.path.dirname(address)).startswith("pymp-"):
+        shutil.rmtree(os.path.dirname(address), ignore_errors=True)
+
+
+if _in_fork_server():
+    _install()

@@ -1,0 +1,160 @@
+"""Nothing a world starts may outlive it: a rank's child in a session of its own, or a daemon it double-forked, dies
+with the world (completed or crashed), and with the launcher (however it ends) so do the fork server and the
+resource tracker; what the ranks leave in temp dirs goes with the world too."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import escapefns
+from ddpfaults import run_script, run_world
+from ddpfaults.engine import census, pool
+from processes import alive, descendants
+
+#: tests/support (the helper modules): the launcher scripts below run outside pytest, so they put them on sys.path
+SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.parametrize("how", ["session", "daemon"])
+@pytest.mark.parametrize("crash", [False, True], ids=["completed", "crashed"])
+def test_what_a_rank_started_outside_its_group_dies_with_the_world(tmp_path, how, crash):
+    result = run_world(
+        escapefns.start_escapee,
+        world_size=2,
+        args=(str(tmp_path), how),
+        kwargs={"crash_rank": 1 if crash else None},
+        timeout=60,
+        stall=2 if how == "daemon" else 10,  # 10: gloo may take seconds to report the lost peer on a busy machine
+    )
+    # a crashed rank's daemon keeps its gloo sockets open, so its peer waits: hung, not crashed
+    assert result.outcome == ("completed" if not crash else "crashed" if how == "session" else "hung"), result.report()
+    pids = escapefns.written_pids(tmp_path, 2)
+    assert len(pids) == 2
+    assert alive(pids) == [], f"the world is over but what its ranks started is alive: {pids}"
+    assert not result.reused  # a warm world whose job left a process behind is never reused
+    assert census.survivors([r.pid for r in result.ranks]) == []
+
+
+LAUNCHER = textwrap.dedent(
+    """
+    import json, multiprocessing.forkserver, multiprocessing.resource_tracker, sys
+    sys.path.insert(0, {support!r})
+    import escapefns
+    from ddpfaults import run_world
+    if __name__ == "__main__":
+        result = run_world(escapefns.start_escapee, world_size=2, args=({directory!r}, {how!r}), kwargs={kwargs!r},
+                           stall=60, timeout=120)
+        print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
+                          "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
+                          "tracker": multiprocessing.resource_tracker._resource_tracker._pid}}))
+    """
+)
+
+
+def _launcher(tmp_path, how, **kwargs):
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path), how=how, kwargs=kwargs))
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("how", ["session", "daemon"])
+def test_nothing_outlives_a_launcher_that_exits(tmp_path, how):
+    launcher = _launcher(tmp_path, how)
+    try:
+        out, err = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    assert launcher.returncode == 0, err
+    run = json.loads(out.splitlines()[-1])
+    assert run["outcome"] == "completed" and run["fork_server"] and run["tracker"]
+    pids = run["ranks"] + escapefns.written_pids(tmp_path, 2) + [run["fork_server"], run["tracker"]]
+    assert len(pids) == 6
+    left = _wait_for_none_alive(pids, 15)
+    assert left == [], f"alive after the launcher exited: {left} (ranks, escapees, fork server, tracker: {pids})"
+
+
+def _wait_for_none_alive(pids, timeout):
+    deadline = time.monotonic() + timeout
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+@pytest.mark.parametrize(
+    "how, kwargs",
+    [("session", {"hang": True}), ("daemon", {"crash_rank": 1})],
+    ids=["session-hung", "daemon-of-a-dead-rank"],
+)
+def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path, how, kwargs):
+    """SIGKILL runs no clean-up in the launcher. In the second case rank 1 is already dead (its daemon, holding
+    its sockets, keeps rank 0 waiting): its daemon is below no rank any more, only below the fork server."""
+    launcher = _launcher(tmp_path, how, **kwargs)
+    try:
+        escapees = _wait_for(
+            lambda: len(escapefns.written_pids(tmp_path, 2)) == 2 and escapefns.written_pids(tmp_path, 2),
+            90,
+            "both ranks to start their process",
+        )
+        ranks = escapefns.written_pids(tmp_path, 2, "rank")
+        if "crash_rank" in kwargs:
+            _wait_for(lambda: not alive(ranks[1:]), 30, "rank 1 to die")
+        time.sleep(0.3)
+        assert launcher.poll() is None, "the world ended before the launcher could be killed mid-world"
+        everything = sorted(set(descendants(launcher.pid) + escapees + ranks))  # with the fork server and tracker
+        assert len(everything) >= 5
+        launcher.kill()
+        launcher.communicate()
+        left = _wait_for_none_alive(everything, 15)
+        assert left == [], f"alive 15 s after the launcher was killed: {left} (of {everything})"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["completed", "rank-killed"])
+def test_temp_dirs_the_ranks_made_go_with_the_world(tmp_path, kill):
+    result = run_world(escapefns.make_scratch_dir, world_size=2, args=(str(tmp_path),), kwargs={"kill": kill})
+    assert result.outcome == ("crashed" if kill else "completed"), result.report()
+    scratch = [(tmp_path / f"scratch{r}").read_text() for r in range(2)]
+    if not kill:  # the world stays up, warm, and its temp dir with it: until the pool is closed
+        assert result.reused and all(os.path.isdir(s) for s in scratch)
+        pool.close_all()
+    assert not any(os.path.exists(s) for s in scratch), f"left behind: {scratch}"
+
+
+SCRIPT = """
+import os, tempfile
+import torch.distributed as dist
+dist.init_process_group("gloo")
+scratch = tempfile.mkdtemp(prefix="ckpt-")
+with open(os.path.join({directory!r}, f"scratch{{dist.get_rank()}}"), "w") as f:
+    f.write(scratch)
+raise RuntimeError("the script crashed before removing its scratch directory")
+"""
+
+
+def test_a_script_worlds_temp_dirs_go_with_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(directory=str(tmp_path)))
+    result = run_script(script, world_size=2)
+    assert result.outcome == "crashed", result.report()
+    scratch = [(tmp_path / f"scratch{r}").read_text() for r in range(2)]
+    assert not any(os.path.exists(s) for s in scratch), f"left behind: {scratch}"

@@ -1,0 +1,81 @@
+"""Rank functions whose ranks start a process that leaves the rank's process group: a child in a session of its own
+(``subprocess.Popen(start_new_session=True)``) or a daemon (``os.fork``, ``os.setsid``, ``os.fork`` again)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+_KEEP = []  # the Popen objects: garbage-collecting a running one warns
+
+
+def _write(path, value):
+    with open(path + ".tmp", "w") as f:
+        f.write(str(value))
+    os.replace(path + ".tmp", path)
+
+
+def _daemonize(path):
+    """Double-fork a daemon (a session of its own, its parent gone) that writes its pid to ``path`` and sleeps."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                _write(path, os.getpid())
+                time.sleep(600)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def start_escapee(ctx, directory, how, crash_rank=None, hang=False):
+    """Every rank starts a sleeping process of the kind ``how`` ("session" or "daemon") and writes its pid to
+    ``directory/escapee{rank}.pid`` (its own to ``rank{rank}.pid``); then rank ``crash_rank`` raises, or (``hang``)
+    rank 0 skips the all_reduce the others wait in."""
+    _write(os.path.join(directory, f"rank{ctx.rank}.pid"), os.getpid())
+    path = os.path.join(directory, f"escapee{ctx.rank}.pid")
+    if how == "session":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        _KEEP.append(child)
+        _write(path, child.pid)
+    else:
+        _daemonize(path)
+    ctx.step(0)
+    if ctx.rank == crash_rank:
+        raise RuntimeError("a rank that started a process of its own crashed")
+    if hang and ctx.rank == 0:
+        return "skipped"
+    dist.all_reduce(torch.ones(1))
+    return "done"
+
+
+def written_pids(directory, world_size, kind="escapee"):
+    """The pids of ``kind`` ("escapee" or "rank") the ranks wrote (those that got that far), in rank order."""
+    pids = []
+    for r in range(world_size):
+        path = os.path.join(directory, f"{kind}{r}.pid")
+        if os.path.exists(path):
+            with open(path) as f:
+                pids.append(int(f.read()))
+    return pids
+
+
+def make_scratch_dir(ctx, directory, kill=False):
+    """Make a directory with ``tempfile.mkdtemp`` and leave it there, writing its path to ``directory/scratch{rank}``;
+    with ``kill``, rank 1 then dies by SIGKILL (nothing of its own clean-up runs)."""
+    import signal
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="scratch-")
+    _write(os.path.join(directory, f"scratch{ctx.rank}"), scratch)
+    ctx.step(0)
+    if kill and ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(1))
+    return scratch
