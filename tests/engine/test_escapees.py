@@ -14,20 +14,10 @@ import pytest
 import escapefns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine import census, pool
-from processes import alive, descendants
+from processes import alive, descendants, wait_for
 
 #: tests/support (the helper modules): the launcher scripts below run outside pytest, so they put them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.parametrize("how", ["session", "daemon"])
@@ -107,14 +97,14 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path, how, kwargs):
     its sockets, keeps rank 0 waiting): its daemon is below no rank any more, only below the fork server."""
     launcher = _launcher(tmp_path, how, **kwargs)
     try:
-        escapees = _wait_for(
+        escapees = wait_for(
             lambda: len(escapefns.written_pids(tmp_path, 2)) == 2 and escapefns.written_pids(tmp_path, 2),
             90,
             "both ranks to start their process",
         )
         ranks = escapefns.written_pids(tmp_path, 2, "rank")
         if "crash_rank" in kwargs:
-            _wait_for(lambda: not alive(ranks[1:]), 30, "rank 1 to die")
+            wait_for(lambda: not alive(ranks[1:]), 30, "rank 1 to die")
         time.sleep(0.3)
         assert launcher.poll() is None, "the world ended before the launcher could be killed mid-world"
         everything = sorted(set(descendants(launcher.pid) + escapees + ranks))  # with the fork server and tracker

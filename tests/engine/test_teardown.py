@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from processes import alive
+from processes import alive, wait_for
 
 #: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
@@ -28,16 +28,6 @@ LAUNCHER = textwrap.dedent(
 )
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_nothing_survives_the_launcher(tmp_path, signum):
     script = tmp_path / "launcher.py"
@@ -51,7 +41,7 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
             files = [tmp_path / f"rank{r}.json" for r in range(3)]
             return all(f.exists() for f in files) and [json.loads(f.read_text()) for f in files]
 
-        ranks = _wait_for(infos, 60, "the ranks to start their DataLoader workers")
+        ranks = wait_for(infos, 60, "the ranks to start their DataLoader workers")
         pids = [i["pid"] for i in ranks] + [w for i in ranks for w in i["workers"]]
         fork_server = {i["ppid"] for i in ranks}
         assert len(pids) == 9 and alive(pids) == pids
@@ -65,8 +55,8 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
             raise AssertionError(
                 f"the launcher did not exit 30 s after {signum.name}; its output:\n{output.read_text()}"
             ) from late
-        _wait_for(lambda: not alive(pids + sorted(fork_server)), 10, "every rank, worker and the fork server to die")
-        _wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 5, "the world's temp dir to be removed")
+        wait_for(lambda: not alive(pids + sorted(fork_server)), 10, "every rank, worker and the fork server to die")
+        wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 5, "the world's temp dir to be removed")
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -1,7 +1,8 @@
-"""Process helpers for tests: which of a set of pids are still alive (zombies count as gone), and a process's
-descendants."""
+"""Process helpers for tests: which of a set of pids are still alive (zombies count as gone), a process's
+descendants, and waiting for a condition."""
 
 import os
+import time
 
 
 def alive(pids) -> list[int]:
@@ -36,3 +37,14 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return alive(sorted(found))
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """``predicate()``'s first truthy value, polled every 50 ms; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
