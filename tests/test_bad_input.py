@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import pytest
 import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
+from ddpfaults.faults import EmptyBatch, RankCrash, RankKilled, SkippedCollective
 from ddpfaults.report.document import write_document
 from pluginruns import RUN_TIMEOUT, isolate
 
@@ -560,6 +562,102 @@ ROWS = [
         "ScenarioError",
         ("expect: each check", "got 'replicas equal'"),
         lambda e: e.api(Expect, "completed", checks=["replicas equal"]),
+    ),
+    # -- fault plans and faults ------------------------------------------------------------------------------------
+    Row(
+        "fault-plan-single-fault",
+        "API",
+        "FaultError",
+        ("faults must be a list of faults", "RankCrash(rank=1, step=2"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=RankCrash(rank=1, step=2)),
+    ),
+    Row(
+        "fault-plan-string",
+        "API",
+        "FaultError",
+        ("faults must be a list of faults", "got str"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults="[EmptyBatch(rank=1, step=1)]"),
+    ),
+    Row(
+        "fault-plan-none",
+        "API",
+        "FaultError",
+        ("faults must be a list of faults", "got None"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=None),
+    ),
+    Row(
+        "fault-plan-not-a-fault",
+        "API",
+        "FaultError",
+        ("faults[1] is None",),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=[EmptyBatch(rank=1, step=1), None]),
+    ),
+    Row(
+        "fault-rank-beyond-world",
+        "API",
+        "FaultError",
+        ("rank 5", "world of 4"),
+        lambda e: e.api(run_world, takes_ctx, world_size=4, faults=[EmptyBatch(rank=5, step=1)]),
+    ),
+    Row(
+        "fault-plan-conflict-ends",
+        "API",
+        "FaultError",
+        ("faults[0] RankCrash(", "conflict on rank 1 at step 2"),
+        lambda e: e.api(
+            run_world, takes_ctx, world_size=2, faults=[RankCrash(rank=1, step=2), RankKilled(rank=1, step=2)]
+        ),
+    ),
+    Row(
+        "fault-plan-conflict-one-event",
+        "API",
+        "FaultError",
+        ("conflict on rank 1 at step 2", "both empty the batch"),
+        lambda e: e.api(
+            run_world, takes_ctx, world_size=2, faults=[EmptyBatch(rank=1, step=2), EmptyBatch(rank=1, step=2)]
+        ),
+    ),
+    Row(
+        "fault-positional-arguments",
+        "API",
+        "FaultArgumentError",
+        ("RankCrash", "keyword-only"),
+        lambda e: e.api(RankCrash, 1, 2),
+    ),
+    Row(
+        "fault-unknown-argument",
+        "API",
+        "FaultArgumentError",
+        ("EmptyBatch", "'steps'"),
+        lambda e: e.api(EmptyBatch, rank=1, steps=2),
+    ),
+    Row(
+        "fault-step-negative",
+        "API",
+        "FaultError",
+        ("EmptyBatch", "got -1"),
+        lambda e: e.api(EmptyBatch, rank=1, step=-1),
+    ),
+    Row(
+        "fault-op-unknown",
+        "API",
+        "FaultError",
+        ("SkippedCollective", "'allreduce'"),
+        lambda e: e.api(SkippedCollective, rank=1, step=1, op="allreduce"),
+    ),
+    Row(
+        "fault-signal-does-not-kill",
+        "API",
+        "FaultError",
+        ("RankKilled", "SIGUSR1"),
+        lambda e: e.api(RankKilled, rank=1, step=1, signal=signal.SIGUSR1),
+    ),
+    Row(
+        "fault-variant-single-fault",
+        "declaration",
+        "ScenarioError",
+        ("variant naive", "EmptyBatch(rank=1, step=1)"),
+        lambda e: e.api(variant, "naive", faults=EmptyBatch(rank=1, step=1)),
     ),
     # -- the ddpfaults(...) marker ----------------------------------------------------------------------------------
     Row(
