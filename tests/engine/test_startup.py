@@ -8,7 +8,8 @@ import subprocess
 import sys
 import types
 
-from ddpfaults import run_script
+import rankfns
+from ddpfaults import run_script, run_world
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.watch import RankWatch
 from ddpfaults.spec import RunSpec
@@ -64,3 +65,11 @@ def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_rank_calling_sys_exit_is_a_crash_every_time():
+    # judged hung in 1 run of 5 once: its peers' wait was taken for a hang while the failed rank was still exiting
+    for _ in range(5):
+        result = run_world(rankfns.exit_zero_at, world_size=2, stall=1, timeout=30)
+        assert result.outcome == "crashed", result.report()
+        assert result.root_rank == 1 and result.root_cause.startswith("rank 1 raised SystemExit: 0"), result.report()

@@ -188,3 +188,16 @@ def iterate_loader(ctx, batches=3):
         ctx.step(step)
         seen.append(batch.tolist())
     return seen
+
+
+def exit_zero_at(ctx, rank=1, step=2, steps=4):
+    """all_reduce per step; ``rank`` calls ``sys.exit(0)`` when ``step`` starts."""
+    import sys
+
+    t = torch.ones(1)
+    for s in range(steps):
+        ctx.step(s)
+        if ctx.rank == rank and s == step:
+            sys.exit(0)
+        dist.all_reduce(t)
+    return float(t)
