@@ -277,7 +277,7 @@ def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch):
     off.stdout.fnmatch_lines(["*no tests ran*"])
     result, document = run(user, "-k", "completes")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=60s stall=2s seed=0*"])
+    result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=60s stall=2s startup=30s seed=0*"])
     assert_no_orphans(document)
 
 
@@ -286,7 +286,9 @@ def test_autoload_plus_dash_p_registers_the_plugin_once(user):
     assert result.ret == 0
     assert sum(line.strip().startswith("--ddpfaults-timeout") for line in result.outlines) == 1
     result = user.runpytest("-p", "ddpfaults", "--markers")
-    signature = "@pytest.mark.ddpfaults(world_size=None, timeout=None, stall=None, peer_failure=None, seed=None)*"
+    signature = (
+        "@pytest.mark.ddpfaults(world_size=None, timeout=None, stall=None, startup=None, peer_failure=None, seed=None)*"
+    )
     result.stdout.fnmatch_lines([signature])
 
 
@@ -392,7 +394,7 @@ def test_bad_value():
         [
             "*ERROR collecting test_marked.py*",
             "MarkerError: ddpfaults marker of test_marked.py::test_typo: unknown keyword 'wrold_size' (known: "
-            "world_size, timeout, stall, peer_failure, seed)",
+            "world_size, timeout, stall, startup, peer_failure, seed)",
             "MarkerError: ddpfaults marker of test_marked.py::test_bad_value: timeout must be a positive number of "
             "seconds, got 'soon'",
         ]
