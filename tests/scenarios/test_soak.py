@@ -233,7 +233,7 @@ def _bad_world_module(tmp_path) -> str:
         (["--rounds", "0", TINY], "rounds must be an int >= 1, got 0 (from --rounds)"),
         (["--rounds", "two", TINY], "rounds must be an int >= 1, got 'two' (from --rounds)"),
         (["--hogs", "-1", TINY], "hogs must be an int >= 0, got -1 (from --hogs)"),
-        (["--seed", "1.5", TINY], "seed must be an int, got '1.5' (from --seed)"),
+        (["--seed", "1.5", TINY], "seed must be an int from -2**63 to 2**64-1, got '1.5' (from --seed)"),
         (["missing_dir/scenario_x.py"], "does not exist"),
         (["--json", "no/such/dir/out.json", TINY], "not a file in an existing directory"),
         ([_bad_world_module], "scenario bad_rank: "),
