@@ -12,7 +12,10 @@ Measured on gloo (what the variants assert):
   crashes either way (rank 0 died); each survivor, waiting for the writer's point-to-point "saved"
   message, gets "Connection closed by peer", then probes the checkpoint on disk as a restarted job
   would and returns what it found: an in-place save lost it (torn file), an atomic save kept the
-  last good one. Synchronising alone does not protect a checkpoint. (The survivors wait on the writer
+  last good one. Synchronising alone does not protect a checkpoint. Rarely a reader does not survive the
+  writer's death either: gloo killed it with SIGSEGV in one of its own threads (no Python frame) while it
+  waited on the writer (1 world in about 60 under load; 0 in 55 re-runs, 40 of them under 2 CPU hogs), so
+  "every survivor" means the readers that finished, at least one. (The survivors wait on the writer
   directly, not in a barrier: gloo's barrier routes through peers, so a survivor that caught the error
   could leave another one blocked — measured.)
 - ``rank0_barrier``: ``dist.barrier()`` indented under ``if rank == 0``: rank 0 waits forever while the
@@ -42,8 +45,9 @@ READERS_TORN = Check(
 )
 CHECKPOINT_LOST = value_check(
     "every survivor found the checkpoint torn (lost)",
-    lambda values: all(
-        v is not None and v[0] == "lost" and "failed finding central directory" in v[1] for v in values[1:]
+    lambda values: (
+        any(v is not None for v in values[1:])
+        and all(v[0] == "lost" and "failed finding central directory" in v[1] for v in values[1:] if v is not None)
     ),
 )
 LAST_GOOD_KEPT = value_check(

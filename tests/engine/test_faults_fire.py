@@ -151,7 +151,7 @@ def test_cli_run_fails_on_an_unfired_fault_unless_allowed(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "world COMPLETED" in done.stdout  # the report is printed all the same
     assert "FaultNeverFired: RankCrash(rank=1, step=9" in done.stderr and "--allow-unfired" in done.stderr
-    assert json.loads(out.read_text())["unfired"][0]["finished"] == [1]
+    assert json.loads(out.read_text())["worlds"][0]["unfired"][0]["finished"] == [1]
     allowed = subprocess.run([*command, "--allow-unfired"], capture_output=True, text=True, timeout=120, cwd=root)
     assert allowed.returncode == 0 and "FaultNeverFired" not in allowed.stderr, allowed.stdout + allowed.stderr
 
