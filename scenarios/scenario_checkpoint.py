@@ -53,8 +53,9 @@ CHECKPOINT_LOST = value_check(
 LAST_GOOD_KEPT = value_check(
     "every survivor resumed from the last good checkpoint",
     lambda values: (
-        all(v is not None and v[0] == "resumed" and v[1] == v[2] for v in values[1:])
-        and len({v[1] for v in values[1:]}) == 1
+        any(v is not None for v in values[1:])
+        and all(v[0] == "resumed" and v[1] == v[2] for v in values[1:] if v is not None)
+        and len({v[1] for v in values[1:] if v is not None}) == 1
     ),
 )
 
