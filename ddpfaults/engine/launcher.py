@@ -19,7 +19,7 @@ from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
-from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
+from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, runnable, tail, telling_line
 from ddpfaults.rank.main import Job
 from ddpfaults.spec import PARAM, RunSpec, StopReason, check_call, output_problem
 
@@ -319,6 +319,10 @@ class LocalWorld(loop.Observer):
     def cpu(self, i: int) -> float | None:
         """CPU seconds from /proc."""
         return cpu_seconds(self.procs[i].pid)
+
+    def runnable(self, i: int) -> bool:
+        """Its main thread running or waiting for a CPU (/proc state R)."""
+        return runnable(self.procs[i].pid)
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""

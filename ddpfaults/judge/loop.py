@@ -67,6 +67,10 @@ class Observer:
         """Rank ``i``'s CPU seconds so far (None if unknown)."""
         raise NotImplementedError
 
+    def runnable(self, i: int) -> bool:
+        """True if rank ``i`` is computing right now, however little CPU it gets (False: unknown)."""
+        return False
+
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""
         raise NotImplementedError
@@ -162,8 +166,8 @@ def _all_blocked(observer: Observer, live: list[int], now: float) -> bool:
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
         if w.waiting_in() is not None:
             continue
-        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
-            return False  # computing: slow, not hung
+        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now) or observer.runnable(i):
+            return False  # computing: slow, not hung (a runnable rank on an oversubscribed machine too)
         unsure.append(i)
     if unsure:
         observer.collect_stacks(unsure)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import types
 
 import rankfns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.judge.watch import RankWatch
+from ddpfaults.judge.watch import RankWatch, runnable
 from ddpfaults.spec import RunSpec
 
 BAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "bad_scripts.py")
@@ -73,3 +74,16 @@ def test_a_rank_calling_sys_exit_is_a_crash_every_time():
         result = run_world(rankfns.exit_zero_at, world_size=2, stall=1, timeout=30)
         assert result.outcome == "crashed", result.report()
         assert result.root_rank == 1 and result.root_cause.startswith("rank 1 raised SystemExit: 0"), result.report()
+
+
+def test_runnable_tells_a_computing_process_from_a_sleeping_one():
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)  # both past start-up
+        assert runnable(spinning.pid, samples=20)
+        assert not runnable(sleeping.pid)
+    finally:
+        for proc in (spinning, sleeping):
+            proc.kill()
+            proc.wait()

@@ -29,6 +29,8 @@ class ScriptedWorld(loop.Observer):
         for w in self.watches:
             w.last_progress = clock.now
         self.stacks_asked = []
+        self.stacks: dict[int, str] = {}  # what each rank's stack dump shows
+        self.computing: set[int] = set()  # ranks whose main thread is runnable
 
     def poll(self, wait: float) -> None:
         self.clock.now += max(wait, 0.005)
@@ -49,6 +51,11 @@ class ScriptedWorld(loop.Observer):
 
     def collect_stacks(self, indices: list[int]) -> None:
         self.stacks_asked.append(sorted(indices))
+        for i in indices:
+            self.watches[i].stack = self.stacks.get(i)
+
+    def runnable(self, i: int) -> bool:
+        return i in self.computing
 
 
 def start(seq=1):
@@ -110,3 +117,22 @@ def test_a_rank_that_ended_before_joining_lets_the_stall_rule_judge_its_waiting_
     world = ScriptedWorld(clock, 2, script)
     assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
     assert clock.now - world.t0 < 3.5
+
+
+DDP_INIT_STACK = (
+    'File "/site-packages/torch/nn/parallel/distributed.py", line 850 in __init__\n'
+    'File "/work/train.py", line 12 in train'
+)
+
+
+@pytest.mark.parametrize("computing", [False, True], ids=["waiting", "runnable"])
+def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, computing):
+    # 200 ranks on 2 cores: a rank building its DDP model gets ~1% of a core (not "busy" by CPU share) and its
+    # stack is inside DDP code (a waiting stack); only its runnable state says it computes
+    script = {0.1: [(r, start()) for r in range(2)] + [(r, enter_init()) for r in range(2)]}
+    script[0.2] = [(r, leave()) for r in range(2)] + [(0, enter_all_reduce())]
+    world = ScriptedWorld(clock, 2, script)
+    world.stacks = {1: DDP_INIT_STACK}
+    world.computing = {1} if computing else set()
+    reason = loop.watch(world, RunSpec(world_size=2, stall=2, timeout=20))
+    assert reason is (StopReason.TIMEOUT if computing else StopReason.STALL)
