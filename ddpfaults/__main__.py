@@ -10,8 +10,8 @@ import sys
 
 from ddpfaults import faults as faults_module
 from ddpfaults.engine.launcher import run_world
-from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError
-from ddpfaults.expect import require_faults_fired
+from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError, ScenarioError
+from ddpfaults.expect import Expect, Expectation, require_faults_fired
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.rank.seams import STEP_CLOCKS
 from ddpfaults.spec import PARAM, output_problem
@@ -139,9 +139,6 @@ def _expect(text: str | None):
     world starts."""
     if text is None:
         return None
-    from ddpfaults.errors import ScenarioError
-    from ddpfaults.expect import Expect
-
     try:
         return Expect.parse(text)
     except ScenarioError as exc:
@@ -151,7 +148,6 @@ def _expect(text: str | None):
 def _report(result, args, expect) -> int:
     """Print the world's report and, with ``expect``, whether it held; write ``--json``; return the exit code
     (0: the expectation held, or without one the world completed)."""
-    from ddpfaults.expect import Expectation
     from ddpfaults.report.document import write_document
 
     expectation = Expectation.of(expect, result) if expect is not None else None
@@ -249,7 +245,7 @@ def main(argv=None) -> int:
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
-            return _report(run_world(train, faults=plan, **_settings(args)), args, _expect("hung"))
+            return _report(run_world(train, faults=plan, **_settings(args)), args, Expect.parse("hung"))
         expect = _expect(args.expect)
         result = _run(args, script_argv)
         code = _report(result, args, expect)

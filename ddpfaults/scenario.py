@@ -89,6 +89,11 @@ def _argv(argv, where: str) -> tuple:
     return tuple(argv)
 
 
+def case_id(scenario: str, variant: str = "") -> str:
+    """A case's id: ``scenario`` or ``scenario[variant]``."""
+    return scenario + (f"[{variant}]" if variant else "")
+
+
 @dataclass(frozen=True)
 class Case:
     """One runnable item: a scenario, or one variant of it."""
@@ -99,7 +104,7 @@ class Case:
     @property
     def id(self) -> str:
         """``name`` or ``name[variant]``."""
-        return self.scenario.name + (f"[{self.variant.name}]" if self.variant else "")
+        return case_id(self.scenario.name, self.variant.name if self.variant else "")
 
     def _pick(self, attr: str):
         value = getattr(self.variant, attr, None) if self.variant else None

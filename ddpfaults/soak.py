@@ -11,7 +11,6 @@ and (through ``PR_SET_PDEATHSIG``) even SIGKILL of this process.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,7 +22,8 @@ from itertools import pairwise
 
 from ddpfaults.errors import ConfigError, DDPFaultsError
 from ddpfaults.matrix import Row, run_case
-from ddpfaults.scenario import discover
+from ddpfaults.report.document import write_json
+from ddpfaults.scenario import case_id, discover
 from ddpfaults.spec import PARAM, Param, RunSpec
 
 ROUNDS = Param("rounds", 50, "an int >= 1", lambda v: isinstance(v, int) and v >= 1, int)
@@ -44,11 +44,6 @@ while True:
 """
 
 Observation = tuple  # (observed verdict, root-cause rank or None)
-
-
-def case_id(row: Row) -> str:
-    """``scenario`` or ``scenario[variant]``, as :attr:`ddpfaults.scenario.Case.id` names the case."""
-    return row.scenario + (f"[{row.variant}]" if row.variant else "")
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,8 @@ def tally(runs: list[tuple[int, Row]]) -> list[CaseTally]:
     """Group (round, row) pairs by case, in the order the cases first appear."""
     cases: dict[str, CaseTally] = {}
     for round_, row in runs:
-        entry = cases.setdefault(case_id(row), CaseTally(case_id(row), row.expected))
+        case = case_id(row.scenario, row.variant)
+        entry = cases.setdefault(case, CaseTally(case, row.expected))
         entry.observed.append((round_, (row.observed, row.root_rank)))
         entry.mismatches.update(dict.fromkeys(row.mismatches, 1))
         entry.mismatched_runs += not row.ok
@@ -317,8 +313,7 @@ def main(args) -> int:
         print(f"interrupted (Ctrl-C) after {_n(done, 'complete round')}")
     print(summary_line(tallies, done, hogs, wall), flush=True)
     if json_path is not None:
-        with open(json_path, "w") as f:
-            json.dump(_document(tallies, rounds, done, hog_set, wall, interrupted), f, indent=2)
+        write_json(json_path, _document(tallies, rounds, done, hog_set, wall, interrupted), what="--json", indent=2)
     if interrupted:
         return 130
     return 0 if totals(tallies).ok and not hog_set.survivors else 1

@@ -24,13 +24,11 @@ The input is what :func:`ddpfaults.report.document.write_document` accepts (see 
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 
 from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.report.document import build_document, check_document, timeline_calls, world_status
+from ddpfaults.report.document import build_document, check_document, timeline_calls, world_status, write_json
 
 #: The schema (and version) string in every trace's ``otherData``.
 SCHEMA = "ddpfaults.trace/1"
@@ -71,22 +69,7 @@ def write_trace(path, worlds, nodeids=None) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ReportFileError(f"trace file {path!r} is a directory")
-    document = trace_document(worlds, nodeids)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-trace-", suffix=".json", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, ensure_ascii=False, separators=(",", ":"))
-            f.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ReportFileError(f"trace file {path!r} cannot be written: {exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_json(path, trace_document(worlds, nodeids), what="trace file", separators=(",", ":"))
 
 
 # -- one world ---------------------------------------------------------------------------------------

@@ -57,21 +57,27 @@ def write_document(path, worlds, nodeids=None, expectations=None) -> str:
 
     ``worlds`` may also be a whole document (a dict with ``"schema"``), which is written as is.
     """
-    path = os.fspath(path)
     is_document = isinstance(worlds, dict) and "schema" in worlds
     document = worlds if is_document else build_document(worlds, nodeids, expectations)
+    return write_json(path, document, what="report file", indent=1)
+
+
+def write_json(path, document, *, what: str, **dump) -> str:
+    """Write ``document`` as JSON to ``path`` atomically (temp file + rename, missing folders made); return the
+    path. An OSError is a :class:`ReportFileError` naming ``what`` and the path; ``dump`` goes to json.dump."""
+    path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-report-", suffix=".json", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=".ddpfaults-", suffix=".json", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=1, ensure_ascii=False)
+            json.dump(document, f, ensure_ascii=False, **dump)
             f.write("\n")
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
-        raise ReportFileError(f"report file {path!r} cannot be written: {exc}") from None
+        raise ReportFileError(f"{what} {path!r} cannot be written: {exc}") from None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
@@ -193,11 +199,19 @@ class TimelineCall:
 def world_time(wall: float, rank: dict) -> float | None:
     """A wall-clock time (Unix seconds, the flight recorder's clock) as seconds since the world's start, by the
     rank's nearest earlier event that carries both clocks (``t`` and ``wall``); None if no event does."""
-    pairs = sorted(
+    return _world_time(wall, _clock_pairs(rank))
+
+
+def _clock_pairs(rank: dict) -> list[tuple[float, float]]:
+    """The rank's events that carry both clocks, as sorted (wall, t) pairs."""
+    return sorted(
         (e["wall"], e["t"])
         for e in rank.get("events") or []
         if isinstance(e.get("wall"), (int, float)) and isinstance(e.get("t"), (int, float))
     )
+
+
+def _world_time(wall: float, pairs: list[tuple[float, float]]) -> float | None:
     if not pairs:
         return None
     at = max(bisect.bisect_right(pairs, (wall, float("inf"))) - 1, 0)
@@ -225,14 +239,14 @@ def timeline_calls(rank: dict) -> list[TimelineCall]:
         elif e.get("k") == "exit" and e.get("seq") in traced:
             i = traced.pop(e["seq"])
             calls[i] = dataclasses.replace(calls[i], t1=e.get("t"), left=True)
-    drawn, returned = set(numbers.values()), function_returned(rank)
+    drawn, returned, pairs = set(numbers.values()), function_returned(rank), _clock_pairs(rank)
     for n, c in enumerate(rank.get("collectives") or [], 1):
         if n not in drawn and isinstance(c.get("wall"), (int, float)):
-            t0 = world_time(c["wall"], rank)
+            t0 = _world_time(c["wall"], pairs)
             if t0 is not None:
                 call = _call(c, t0=t0, left=bool(c.get("done")) or returned, number=n, source="flight recorder")
                 if call.left and isinstance(c.get("wall_end"), (int, float)):
-                    call = dataclasses.replace(call, t1=max(t0, world_time(c["wall_end"], rank)))
+                    call = dataclasses.replace(call, t1=max(t0, _world_time(c["wall_end"], pairs)))
                 calls.append(call)
     return sorted(calls, key=lambda call: call.t0)
 

@@ -147,7 +147,8 @@ def _world(index: int, w: dict) -> str:
     events = sorted(w.get("events") or [], key=lambda e: e.get("t", 0))
     verdict_t = next((e["t"] for e in events if e.get("k") == "verdict"), float(w.get("elapsed") or 0))
     all_times = [e["t"] for r in ranks for e in r.get("events") or [] if "t" in e] + [e["t"] for e in events]
-    all_times += [c.t0 for r in ranks for c in timeline_calls(r) if c.source != "tracing"]  # the recorder's calls
+    calls = [timeline_calls(r) for r in ranks]
+    all_times += [c.t0 for rank_calls in calls for c in rank_calls if c.source != "tracing"]  # the recorder's calls
     end = max([verdict_t, *all_times]) if all_times else max(verdict_t, 1.0)
     stall = next((e for e in events if e.get("k") == "stall"), None)
     hang_t = None
@@ -184,7 +185,7 @@ def _world(index: int, w: dict) -> str:
     root = w.get("root_rank")
     selected = root if isinstance(root, int) and 0 <= root < len(ranks) else 0
     lanes = [
-        lane(r, results[i] if results else None, divergence, scale, verdict_t, end, r.get("rank") == root)
+        lane(r, results[i] if results else None, divergence, scale, verdict_t, end, r.get("rank") == root, calls[i])
         for i, r in enumerate(ranks)
     ]
     details = [_detail(r, divergence, r.get("rank") == root, hidden=i != selected) for i, r in enumerate(ranks)]

@@ -121,12 +121,13 @@ class RankTimes:
         self.verdict_t = verdict_t
 
 
-def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float, is_root: bool) -> str:
-    """One rank's row: label, track (life, steps, collectives, markers), state text."""
+def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float, is_root: bool, calls=None) -> str:
+    """One rank's row: label, track (life, steps, collectives, markers), state text; ``calls``: the rank's
+    :func:`~ddpfaults.report.document.timeline_calls`, if the caller has them already."""
     rank, state = r.get("rank"), str(r.get("state"))
     times = RankTimes(r, verdict_t, end)
     parts = _life_and_steps(times, scale, rank)
-    parts += _collectives(r, times, scale, divergence)
+    parts += _collectives(r, times, scale, divergence, timeline_calls(r) if calls is None else calls)
     div_index = divergence.index if divergence else None
     if div_index and result is not None and len(result.collectives) < div_index and state not in DEAD:
         skipped = [
@@ -203,12 +204,12 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
     return parts
 
 
-def _collectives(r: dict, times: RankTimes, scale: Scale, divergence) -> list[str]:
+def _collectives(r: dict, times: RankTimes, scale: Scale, divergence, calls) -> list[str]:
     """One block per call of :func:`~ddpfaults.report.document.timeline_calls`: entered → left; never left: to
     the rank's death, else to the verdict; a flight-recorder call whose end is not recorded: a thin block at the
     time it was issued. Blocks are labelled with the call's number among the rank's collectives."""
     parts = []
-    for call in timeline_calls(r):
+    for call in calls:
         init = call.op == "init_process_group"
         recorded = call.source == "flight recorder"
         cls = "it coll" + (" init" if init else "") + (" ddp" if call.note else "") + (" fr" if recorded else "")
