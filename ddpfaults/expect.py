@@ -202,19 +202,22 @@ def require_faults_fired(result: WorldResult, *, allow: str = "pass require_faul
     A fault whose ranks all raised, died or stalled first is not an error here: its moment may never have
     come. (A scenario's ``Expect(faults_fire=True)`` is stricter: every fault must fire.) ``allow`` names the
     opt-out in the message."""
-    missed = [u for u in result.unfired if u.had_chance]
+    missed = unfired_mismatches(result, allow=allow)
     if missed:
-        raise FaultNeverFired(
-            [
-                Mismatch(
-                    "fault_never_fired",
-                    f"FaultNeverFired: {u.describe()}: the plan does not exercise it (world {result.outcome}; "
-                    f"{allow} if that is expected)",
-                )
-                for u in missed
-            ],
-            result,
+        raise FaultNeverFired(missed, result)
+
+
+def unfired_mismatches(result: WorldResult, *, allow: str = "pass require_faults_fire=False") -> list[Mismatch]:
+    """The faults :func:`require_faults_fired` refuses, as mismatches (empty: none)."""
+    return [
+        Mismatch(
+            "fault_never_fired",
+            f"FaultNeverFired: {u.describe()}: the plan does not exercise it (world {result.outcome}; "
+            f"{allow} if that is expected)",
         )
+        for u in result.unfired
+        if u.had_chance
+    ]
 
 
 @dataclass(frozen=True)

@@ -169,17 +169,13 @@ def _replay(item, seed: int) -> str:
 def _check(item, result, expect, *, require_fired: bool = False) -> None:
     """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with
     none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
-    from ddpfaults.errors import FaultNeverFired
-    from ddpfaults.expect import Expectation, require_faults_fired
+    from ddpfaults.expect import Expectation, unfired_mismatches
 
     result.replay = _replay(item, result.seed)
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     if expectation is None and require_fired:
-        try:
-            require_faults_fired(result)
-        except FaultNeverFired as failed:
-            mismatches = [str(m) for m in failed.mismatches]
+        mismatches = [str(m) for m in unfired_mismatches(result)]
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
@@ -259,17 +255,12 @@ def _reap(results) -> None:
     """Orphan census of finished worlds: SIGKILL whatever is left of their ranks (see ``census.survivors``: their
     process groups, what is below them, the fork server's orphans; except ranks the engine keeps warm in its pool
     on purpose), and say so."""
-    import signal
-
     from ddpfaults.engine import census
+    from ddpfaults.rank import tree
 
-    warm = getattr(census, "POOLED", set())
+    warm = census.POOLED
     left = census.survivors([r.pid for world in results for r in world.ranks if r.pid and r.pid not in warm])
-    for pid, _ in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    tree.kill(pid for pid, _ in left)
     if left:
         raise OrphanRanks(f"rank processes survived their world (now killed): {left}")
 

@@ -306,7 +306,7 @@ def _declare(label: str, **fields) -> Scenario:
         if "kwargs" in fields:
             fields["kwargs"] = check_arguments((), fields["kwargs"])[1]
         variants = fields["variants"]
-        if isinstance(variants, (str, bytes, Variant)) or not isinstance(variants, (list, tuple)):
+        if not isinstance(variants, (list, tuple)):
             raise ScenarioError(f"variants must be a list of ddpfaults.variant(...), got {variants!r}")
         declared = Scenario(
             name=label, **{**fields, "variants": tuple(variants), "expect": Expect.parse(fields["expect"])}

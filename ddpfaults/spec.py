@@ -111,14 +111,17 @@ PARAMS = (
 PARAM = {p.name: p for p in PARAMS}
 
 
+def _check_stall(stall: float, timeout: float) -> None:
+    if stall >= timeout:
+        raise errors.InvalidTimeout(f"stall ({stall:g} s) must be shorter than timeout ({timeout:g} s)")
+
+
 def check_declared(**values) -> dict:
     """The settings a scenario, variant or marker declares (None: not declared), each validated by its
     :class:`Param`; ``stall`` must be below ``timeout`` when both are declared. Raises the param's error."""
     checked = {name: PARAM[name].validate(value) for name, value in values.items() if value is not None}
-    if "stall" in checked and "timeout" in checked and checked["stall"] >= checked["timeout"]:
-        raise errors.InvalidTimeout(
-            f"stall ({checked['stall']:g} s) must be shorter than timeout ({checked['timeout']:g} s)"
-        )
+    if "stall" in checked and "timeout" in checked:
+        _check_stall(checked["stall"], checked["timeout"])
     return checked
 
 
@@ -130,7 +133,7 @@ class _Ctx:
 def check_arguments(args=(), kwargs=None, where: str = "") -> tuple[tuple, dict]:
     """``args`` as a tuple and ``kwargs`` as a dict, or :class:`~ddpfaults.errors.InvalidArguments` (prefixed by
     ``where``) if ``args`` is not a list or tuple or ``kwargs`` (None: none) not a mapping with str keys."""
-    if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple, range)):
+    if not isinstance(args, (list, tuple, range)):
         raise errors.InvalidArguments(f"{where}args must be a list or tuple of positional arguments, got {args!r}")
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(kwargs, Mapping):
@@ -214,8 +217,7 @@ class RunSpec:
     def __post_init__(self):
         for param in PARAMS:
             object.__setattr__(self, param.name, param.validate(getattr(self, param.name)))
-        if self.stall >= self.timeout:
-            raise errors.InvalidTimeout(f"stall ({self.stall:g} s) must be shorter than timeout ({self.timeout:g} s)")
+        _check_stall(self.stall, self.timeout)
 
     @property
     def startup_limit(self) -> float:

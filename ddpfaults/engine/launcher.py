@@ -19,7 +19,8 @@ from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
-from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, runnable, tail, telling_line
+from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
+from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job
 from ddpfaults.spec import PARAM, RunSpec, StopReason, check_call, output_problem
 
@@ -105,7 +106,8 @@ def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
     spec = dataclasses.replace((spec or RunSpec()).replace(**settings), world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
-    capacity.check_world_size(spec.world_size)
+    if not (spec.reuse and pool.pooled(pool.world_key(spec))):  # a pooled world is already held
+        capacity.check_world_size(spec.world_size)
     return spec
 
 
@@ -220,8 +222,7 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        key = (spec.world_size, spec.backend, spec.start_method, spec.threads)
-        self.ranks = pool.take(key) if spec.reuse else None
+        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(
@@ -322,7 +323,7 @@ class LocalWorld(loop.Observer):
 
     def runnable(self, i: int) -> bool:
         """Its main thread running or waiting for a CPU (/proc state R)."""
-        return runnable(self.procs[i].pid)
+        return tree.runnable(self.procs[i].pid)
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""

@@ -153,7 +153,7 @@ def fork_server_ready(timeout: float) -> bool:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
     forkserver.ensure_running()
-    server = forkserver._forkserver._forkserver_pid
+    server = census.fork_server()
     if server == _fork_server["pid"]:
         return True
     probe = _fork_server["probe"]
@@ -195,6 +195,16 @@ class _ProbePopen(popen_forkserver.Popen):
 
 
 _POOL: dict[tuple, RankSet] = {}
+
+
+def world_key(spec) -> tuple:
+    """The shape a warm world must have to run ``spec`` (a RunSpec): world size, backend, start method, threads."""
+    return (spec.world_size, spec.backend, spec.start_method, spec.threads)
+
+
+def pooled(key: tuple) -> bool:
+    """True if a warm world of shape ``key`` is pooled."""
+    return key in _POOL
 
 
 def take(key: tuple) -> RankSet | None:

@@ -37,6 +37,7 @@ from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
 from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
+RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
 
 
@@ -166,15 +167,27 @@ def _all_blocked(observer: Observer, live: list[int], now: float) -> bool:
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
         if w.waiting_in() is not None:
             continue
-        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now) or observer.runnable(i):
-            return False  # computing: slow, not hung (a runnable rank on an oversubscribed machine too)
+        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
+            return False  # computing: slow, not hung
         unsure.append(i)
     if unsure:
+        if _any_runnable(observer, unsure):
+            return False  # computing with a small share of a core (more ranks than cores): slow, not hung
         observer.collect_stacks(unsure)
         if not all(is_waiting_stack(observer.watches[i].stack) for i in unsure):
             return False
     observer.collect_stacks([i for i in live if i not in unsure])
     return True
+
+
+def _any_runnable(observer: Observer, indices: list[int]) -> bool:
+    """True if any of the ranks is runnable in one of :data:`RUNNABLE_LOOKS` looks over them all."""
+    for look in range(RUNNABLE_LOOKS):
+        if any(observer.runnable(i) for i in indices):
+            return True
+        if look + 1 < RUNNABLE_LOOKS:
+            time.sleep(RUNNABLE_GAP)
+    return False
 
 
 def rank_result(

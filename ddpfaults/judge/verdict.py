@@ -15,6 +15,7 @@ from ddpfaults.judge.results import (
     UnfiredFault,
     format_ranks,
 )
+from ddpfaults.spec import StopReason
 
 #: error texts that are consequences of another rank's failure (or of a hang), never a root cause
 COLLATERAL_PATTERNS = (
@@ -176,8 +177,9 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
 
 
 def world_outcome(ranks: list[RankResult], reason: str) -> Outcome:
-    """completed if every rank finished; hung if the world was stopped (stall or timeout); else crashed."""
-    if reason in ("stall", "startup", "timeout"):
+    """completed if every rank finished; hung if the world was stopped (stall, start-up limit or timeout); else
+    crashed."""
+    if StopReason(reason).hung:
         return Outcome.HUNG
     if all(r.state == RankState.FINISHED for r in ranks):
         return Outcome.COMPLETED

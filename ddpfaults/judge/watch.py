@@ -50,22 +50,6 @@ def tail(path: str, lines: int = OUTPUT_TAIL) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def runnable(pid: int | None, samples: int = 3, interval: float = 0.005) -> bool:
-    """True if the process's main thread was running or waiting for a CPU (state ``R``) in any of ``samples``
-    looks at /proc: computing, however little CPU it gets. On a machine with more ranks than cores a computing
-    rank gets a small share of a core, too little for :func:`is_busy`; a rank waiting on its peers sleeps (``S``)."""
-    for n in range(samples):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
-                    return True
-        except (OSError, IndexError):
-            return False
-        if n + 1 < samples:
-            time.sleep(interval)
-    return False
-
-
 def cpu_seconds(pid: int) -> float | None:
     """User+system CPU seconds of a process from /proc (None if it is gone)."""
     try:

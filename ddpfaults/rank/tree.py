@@ -46,6 +46,20 @@ def read(pid: int) -> Proc | None:
         return None
 
 
+def runnable(pid: int | None, samples: int = 1, interval: float = 0.005) -> bool:
+    """True if the process's main thread was running or waiting for a CPU (state ``R``) in any of ``samples``
+    looks: computing, however little CPU it gets (a rank waiting on its peers sleeps, ``S``)."""
+    for n in range(samples):
+        proc = read(pid) if pid is not None else None
+        if proc is None:
+            return False
+        if proc.state == "R":
+            return True
+        if n + 1 < samples:
+            time.sleep(interval)
+    return False
+
+
 def snapshot() -> dict[int, Proc]:
     """Every process on the machine, by pid."""
     table = {}

@@ -12,7 +12,8 @@ import types
 import rankfns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.judge.watch import RankWatch, runnable
+from ddpfaults.judge.watch import RankWatch
+from ddpfaults.rank.tree import runnable
 from ddpfaults.spec import RunSpec
 
 BAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "bad_scripts.py")
