@@ -92,7 +92,7 @@ class Expect:
             text += f" (root cause mentions {self.root_cause!r})"
         if self.values_equal:
             text += " (replicas bit-equal)"
-        return "; ".join([text, *(getattr(c, "description", repr(c)) for c in self.checks)])
+        return "; ".join([text, *(check_name(c) for c in self.checks)])
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the expectation (``checks`` as their descriptions); see docs/report-schema.md."""
@@ -104,7 +104,7 @@ class Expect:
             "root_cause": self.root_cause,
             "values_equal": self.values_equal,
             "faults_fire": self.faults_fire,
-            "checks": [getattr(c, "description", repr(c)) for c in self.checks],
+            "checks": [check_name(c) for c in self.checks],
         }
 
     def mismatches(self, result: WorldResult) -> list[Mismatch]:
@@ -182,7 +182,7 @@ class Expect:
         for check in self.checks:
             problem = check(result)
             if problem:
-                name = getattr(check, "description", repr(check))
+                name = check_name(check)
                 found.append(Mismatch("check", f"check {name!r} failed: {problem}", name, str(problem)))
         return found
 
@@ -270,6 +270,11 @@ class Expectation:
             "held": self.held,
             "mismatches": [m.to_dict() for m in self.mismatches],
         }
+
+
+def check_name(check) -> str:
+    """How a check is named in texts: its ``description``, else its repr."""
+    return getattr(check, "description", repr(check))
 
 
 @dataclass(frozen=True)

@@ -300,9 +300,10 @@ def _name(name, default: str) -> str:
 def _declare(label: str, **fields) -> Scenario:
     """The validated :class:`Scenario`; every problem a :class:`ScenarioError` naming it."""
     try:
-        fields["faults"] = check_plan(fields["faults"])
-        if fields["world_size"] is not None:
-            check_faults(fields["faults"], fields["world_size"])
+        world_size = fields["world_size"]
+        fields["faults"] = (
+            check_plan(fields["faults"]) if world_size is None else check_faults(fields["faults"], world_size)
+        )
         if "kwargs" in fields:
             fields["kwargs"] = check_arguments((), fields["kwargs"])[1]
         variants = fields["variants"]

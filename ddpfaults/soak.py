@@ -183,10 +183,9 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
 
 
-def progress_line(round_: int, rounds: int, tallies: list[CaseTally], seconds: float) -> str:
-    """``round 3/50: 32 runs in 30.2 s; so far 0 flips, 0 mismatches``."""
+def progress_line(round_: int, rounds: int, runs: int, tallies: list[CaseTally], seconds: float) -> str:
+    """``round 3/50: 32 runs in 30.2 s; so far 0 flips, 0 mismatches`` (``runs``: this round's)."""
     t = totals(tallies)
-    runs = sum(1 for c in tallies for r, _ in c.observed if r == round_)
     return (
         f"round {round_}/{rounds}: {_n(runs, 'run')} in {seconds:.1f} s; "
         f"so far {_n(t.flips, 'flip')}, {_n(t.mismatches, 'mismatch')}"
@@ -302,7 +301,8 @@ def main(args) -> int:
                 round_started = time.monotonic()
                 runs += [(round_, run_case(case, options)) for case in cases]
                 done = round_
-                print(progress_line(round_, rounds, tally(runs), time.monotonic() - round_started), flush=True)
+                seconds = time.monotonic() - round_started
+                print(progress_line(round_, rounds, len(cases), tally(runs), seconds), flush=True)
         except KeyboardInterrupt:
             interrupted = True
     wall = time.monotonic() - started

@@ -44,19 +44,26 @@ READERS_TORN = Check(
         else f"reader errors: {[x.error for x in r.ranks[1:]]}"
     ),
 )
+
+
+def _survivors(values) -> list:
+    """What the readers that finished returned (a reader killed by a signal returns nothing)."""
+    return [v for v in values[1:] if v is not None]
+
+
 CHECKPOINT_LOST = value_check(
     "every survivor found the checkpoint torn (lost)",
     lambda values: (
-        any(v is not None for v in values[1:])
-        and all(v[0] == "lost" and "failed finding central directory" in v[1] for v in values[1:] if v is not None)
+        bool(_survivors(values))
+        and all(v[0] == "lost" and "failed finding central directory" in v[1] for v in _survivors(values))
     ),
 )
 LAST_GOOD_KEPT = value_check(
     "every survivor resumed from the last good checkpoint",
     lambda values: (
-        any(v is not None for v in values[1:])
-        and all(v[0] == "resumed" and v[1] == v[2] for v in values[1:] if v is not None)
-        and len({v[1] for v in values[1:] if v is not None}) == 1
+        bool(_survivors(values))
+        and all(v[0] == "resumed" and v[1] == v[2] for v in _survivors(values))
+        and len({v[1] for v in _survivors(values)}) == 1
     ),
 )
 

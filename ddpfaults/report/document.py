@@ -185,15 +185,8 @@ class TimelineCall:
     note: str
 
     def record(self) -> dict:
-        """The call as a collective dict (``op``, ``shapes``, ``site``, ``step``, ``note``, ``done``)."""
-        return {
-            "op": self.op,
-            "shapes": self.shapes,
-            "site": self.site,
-            "step": self.step,
-            "note": self.note,
-            "done": self.left,
-        }
+        """The call as a collective dict (``op``, ``shapes``, ``site``, ``step``, ``note``)."""
+        return {"op": self.op, "shapes": self.shapes, "site": self.site, "step": self.step, "note": self.note}
 
 
 def world_time(wall: float, rank: dict) -> float | None:

@@ -189,7 +189,7 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
             item("it after failed", scale, times.failed["t"], times.life_end, "raised; waiting to exit or lingering")
         )
     steps = [e for e in times.events if e.get("k") == "step"]
-    for e, nxt in zip(steps, [*steps[1:], None][: len(steps)], strict=True):  # a rank may have no step at all
+    for e, nxt in itertools.zip_longest(steps, steps[1:]):
         t1 = nxt["t"] if nxt else max(times.stop, e["t"])
         parts.append(
             item(
