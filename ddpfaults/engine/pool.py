@@ -103,8 +103,8 @@ class RankSet:
         self.runs += 1
 
     def live(self) -> list[int]:
-        """Indices of the ranks whose process is still running."""
-        return [i for i, p in enumerate(self.procs) if p.exitcode is None]
+        """Indices of the ranks whose process is still running (a rank never started is not)."""
+        return [i for i, p in enumerate(self.procs) if p.pid is not None and p.exitcode is None]
 
     def pids(self) -> list[int]:
         """Process ids of the ranks started so far."""

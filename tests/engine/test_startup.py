@@ -11,6 +11,7 @@ import types
 
 import rankfns
 from ddpfaults import run_script, run_world
+from ddpfaults.engine import pool
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.watch import RankWatch
 from ddpfaults.rank.tree import runnable
@@ -88,3 +89,14 @@ def test_runnable_tells_a_computing_process_from_a_sleeping_one():
         for proc in (spinning, sleeping):
             proc.kill()
             proc.wait()
+
+
+def test_a_rank_never_started_is_not_live():
+    # LocalWorld.run marks the live ranks it kills with a "killed" event: never one that never started
+    ranks = pool.RankSet(world_size=2, backend="gloo", start_method="forkserver", threads=1, timeout=10, warm=False)
+    try:
+        ranks.procs = [types.SimpleNamespace(pid=os.getpid(), exitcode=None), pool.Unstarted()]
+        assert ranks.live() == [0]
+    finally:
+        ranks.procs = []
+        ranks.close()
