@@ -326,18 +326,17 @@ class LocalWorld(loop.Observer):
         return tree.runnable(self.procs[i].pid)
 
     def collect_stacks(self, indices: list[int]) -> None:
-        """Dump the Python stacks of the given live ranks (faulthandler on SIGUSR1) into their watches."""
-        indices = [i for i in indices if self.watches[i].events]  # SIGUSR1 kills a rank before faulthandler is set
+        """Have the given live ranks dump their Python stacks (a request file their request thread polls) into their
+        watches."""
+        indices = [i for i in indices if self.watches[i].events]  # a rank without events has no request thread yet
         self._ask_flight_records(indices)  # the judge may need them next: ask in the same round
         sizes = {}
         for i in indices:
             w = self.watches[i]
             w.stack = None  # a dump that does not come in time leaves the stack unknown, never a stale one
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
-            try:
-                os.kill(self.procs[i].pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
+            with open(w.stack_path + ".req", "w") as f:  # the rank's request thread dumps, holding the GIL
+                f.write(str(time.monotonic()))
         deadline = time.monotonic() + STACK_WAIT
         pending, seen = set(indices), {}
         while pending and time.monotonic() < deadline:

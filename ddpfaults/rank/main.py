@@ -7,7 +7,7 @@ private directory, so nothing is lost when it dies abruptly:
 - ``rank{r}.events``: one JSON object per line, written unbuffered (progress,
   collectives entered and left, faults fired, the end);
 - ``rank{r}.out``: the rank's stdout and stderr (fd level, so C++ messages too);
-- ``rank{r}.stack``: every thread's Python stack, dumped by faulthandler on SIGUSR1;
+- ``rank{r}.stack``: every thread's Python stack, dumped on request (``rank{r}.stack.req``) by a rank thread;
 - ``rank{r}.result``: the pickled outcome, written atomically before the final event.
 """
 
@@ -184,7 +184,7 @@ def _child_pids() -> list[int]:
     return pids
 
 
-_stack_file = None  # the open file faulthandler dumps into (per job)
+_stack_file = None  # the open file stacks are dumped into on request (per job)
 
 
 def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
@@ -197,14 +197,13 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     flight.enable()
     global _stack_file
     previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")
-    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
     if previous is not None:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
     events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
-    recorder = flight.DumpOnRequest(flight_path)
+    recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file)
     recorder.start()
 
     def publish(result):

@@ -51,6 +51,7 @@ def test_a_failed_rank_still_exiting_counts_as_failing_now():
 
 
 def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_path):
+    # the process serves no stack request (it has no request thread): the dump never comes
     ignoring = (
         "import signal, time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"
     )
