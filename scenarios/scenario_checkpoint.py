@@ -13,9 +13,8 @@ Measured on gloo (what the variants assert):
   message, gets "Connection closed by peer", then probes the checkpoint on disk as a restarted job
   would and returns what it found: an in-place save lost it (torn file), an atomic save kept the
   last good one. Synchronising alone does not protect a checkpoint. Rarely a reader does not survive the
-  writer's death either: it was killed by SIGSEGV in a thread without a Python frame (1 world in about 60
-  under load; 0 in 55 re-runs, 40 of them under 2 CPU hogs; an open problem, see the plain-vs-ctx.ddp test in
-  tests/engine/test_flight_recorder.py), so
+  writer's death either: it was killed by SIGSEGV (1 world in about 60; the cause, a signal-driven stack dump
+  as the ranks failed, is gone: stacks are now dumped by a rank thread on request), so
   "every survivor" means the readers that finished, at least one. (The survivors wait on the writer
   directly, not in a barrier: gloo's barrier routes through peers, so a survivor that caught the error
   could leave another one blocked — measured.)
