@@ -342,6 +342,9 @@ class LocalWorld(loop.Observer):
         while pending and time.monotonic() < deadline:
             time.sleep(0.01)
             for i in list(pending):
+                if self.procs[i].exitcode is not None or os.path.exists(self._path(i, "result")):
+                    pending.discard(i)  # its job is over (its request thread stopped first): no dump will come
+                    continue
                 w = self.watches[i]
                 size = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
                 if size > sizes[i] and seen.get(i) == size:  # written, and unchanged for one poll
