@@ -62,7 +62,7 @@ def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_
         watch.events = [{"k": "start"}]
         watch.stack = 'File "x.py", line 1 in all_reduce'  # from an earlier dump
         world = _world([watch])
-        world.ranks = types.SimpleNamespace(procs=[proc])
+        world.ranks = types.SimpleNamespace(procs=[types.SimpleNamespace(pid=proc.pid, exitcode=None)])
         world.dir = str(tmp_path)
         world.collect_stacks([0])
         assert watch.stack is None
