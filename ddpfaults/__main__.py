@@ -9,12 +9,10 @@ import os
 import sys
 
 from ddpfaults import faults as faults_module
-from ddpfaults.engine.launcher import run_world
 from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError, ScenarioError
 from ddpfaults.expect import Expect, Expectation, require_faults_fired
 from ddpfaults.faults.plan import parse_plan
-from ddpfaults.rank.seams import STEP_CLOCKS
-from ddpfaults.spec import PARAM, output_problem
+from ddpfaults.spec import PARAM, STEP_CLOCKS, RunSpec, output_problem
 
 
 def _load_function(spec: str):
@@ -99,6 +97,7 @@ def _run(args, script_argv: list[str]):
     """The world ``run`` names: a rank function (``FILE.py:NAME``, ``MODULE:NAME``), a script (``FILE.py``) or a
     module (``-m MODULE``) run as torchrun would."""
     faults = _parse_faults(args.faults)
+    RunSpec(**{name: value for name, value in _settings(args).items() if value is not None})  # refused before torch
     if args.module or (args.target and ":" not in args.target):
         if args.kwargs:
             raise DDPFaultsError("--kwargs is for rank functions (FILE.py:NAME); give a script's arguments after --")
@@ -117,10 +116,13 @@ def _run(args, script_argv: list[str]):
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
     if script_argv:
         raise DDPFaultsError(f"arguments after -- are for scripts; {args.target} is a rank function (use --kwargs)")
+    kwargs, fn = _parse_kwargs(args.kwargs), _load_function(args.target)
+    from ddpfaults.engine.launcher import run_world  # imports torch: not before the arguments are known good
+
     return run_world(
-        _load_function(args.target),
+        fn,
         faults=faults,
-        kwargs=_parse_kwargs(args.kwargs),
+        kwargs=kwargs,
         require_faults_fire=False,  # main checks it, naming --allow-unfired
         **_settings(args),
     )
@@ -242,6 +244,7 @@ def main(argv=None) -> int:
             print(write_trace(output, read_document(args.report)))
             return 0
         if args.command == "demo":
+            from ddpfaults.engine.launcher import run_world
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]

@@ -44,6 +44,10 @@ def parse_bool(text: str) -> bool:
     return lowered in _TRUE
 
 
+#: what counts a script world's steps: its optimizer's steps (the default) or the batches its DataLoader yields
+STEP_CLOCKS = ("optimizer", "dataloader")
+
+
 @dataclass(frozen=True)
 class Param:
     """One run setting: its default, a check of a value, how to read it from text, and the error it raises."""

@@ -26,7 +26,7 @@ from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_s
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.faults import EmptyBatch, RankCrash, RankKilled, SkippedCollective
 from ddpfaults.report.document import write_document
-from pluginruns import RUN_TIMEOUT, isolate
+from pluginruns import isolate
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
 WHERE = ("API", "declaration", "marker", "option", "CLI")
@@ -84,7 +84,8 @@ class _WorldStarted(Exception):
 
 class Env:
     """Where a case provokes its refusal: in this process (a world starting is caught by a spy on
-    ``LocalWorld.run``), in a pytest subprocess (pytester), or in a ``python -m ddpfaults`` subprocess."""
+    ``LocalWorld.run``), in a pytest session run in this process (pytester: a refused input starts nothing, and a
+    world that did start would meet the same spy), or in a ``python -m ddpfaults`` subprocess."""
 
     def __init__(self, tmp_path: Path, monkeypatch, request):
         self.tmp, self.monkeypatch, self.request = tmp_path, monkeypatch, request
@@ -124,7 +125,7 @@ class Env:
         return self.api(decorator, fn)
 
     def pytest(self, *args: str, files: dict | None = None, env: dict | None = None, ini: str = "") -> Refusal:
-        """``pytest -p ddpfaults ARGS`` in a subprocess, in a dir holding ``files`` and a test that leaves ``ran``."""
+        """``pytest -p ddpfaults ARGS`` in this process, in a dir holding ``files`` and a test that leaves ``ran``."""
         pytester = self.request.getfixturevalue("pytester")
         isolate(pytester, self.monkeypatch, test_ran=RAN, **(files or {}))
         for name, value in (env or {}).items():
@@ -134,7 +135,7 @@ class Env:
         (pytester.path / "reports").mkdir()
         (pytester.path / "locked").mkdir(mode=0o500)  # not writable (except for root)
         (pytester.path / "afile").write_text("")
-        result = pytester.runpytest_subprocess("-p", "ddpfaults", *args, timeout=RUN_TIMEOUT)
+        result = pytester.runpytest_inprocess("-p", "ddpfaults", *args)
         out, err = result.stdout.str(), result.stderr.str()
         started = (pytester.path / "ran").exists()
         if result.ret == pytest.ExitCode.USAGE_ERROR:
@@ -969,9 +970,9 @@ def test_show(request):
     )
     seen = {}
     for args in ((), ("--ddpfaults-show",), ("--ddpfaults-show=true",), ("--ddpfaults-show=false",)):
-        result = pytester.runpytest_subprocess("-p", "ddpfaults", "-s", *args, timeout=RUN_TIMEOUT)
+        result = pytester.runpytest_inprocess("-p", "ddpfaults", "-s", *args)
         assert result.ret == 0, result.stdout.str() + result.stderr.str()
         seen[args] = re.search(r"SHOW (\w+)", result.stdout.str()).group(1)
     assert list(seen.values()) == ["False", "True", "True", "False"]
-    help_text = pytester.runpytest_subprocess("-p", "ddpfaults", "--help", timeout=RUN_TIMEOUT).stdout.str()
+    help_text = pytester.runpytest_inprocess("-p", "ddpfaults", "--help").stdout.str()
     assert "--ddpfaults-show=[BOOL]" in help_text and "true or false" in help_text

@@ -29,9 +29,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ddpfaults.rank import context
+from ddpfaults.spec import STEP_CLOCKS
 
-OPTIMIZER, DATALOADER = "optimizer", "dataloader"
-STEP_CLOCKS = (OPTIMIZER, DATALOADER)
+OPTIMIZER, DATALOADER = STEP_CLOCKS
 
 _installed = False
 

@@ -12,6 +12,8 @@ from ddpfaults.scenario import builtin_dir, discover
 from ddpfaults.spec import RunSpec
 
 CASES = discover()
+#: the cases whose rank function builds DDP through ctx.ddp (script cases build plain DDP themselves)
+FUNCTION_CASES = [case for case in CASES if case.scenario.script is None]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 #: where the faults must have fired, beyond "at least once" (which every Expect already checks)
@@ -96,6 +98,21 @@ def test_builtin_case_matches_its_expectation(case):
         assert text in fired, f"{case.id}: no fired record containing {text!r} in:\n{fired}"
     if case.expect.outcome == "completed":
         assert all(r.state == "finished" for r in result.ranks)
+
+
+def _signature(result):
+    divergence = result.divergence.describe() if result.divergence is not None else None
+    return result.outcome, result.root_rank, divergence
+
+
+@pytest.mark.parametrize("case", FUNCTION_CASES, ids=[c.id for c in FUNCTION_CASES])
+def test_plain_ddp_is_judged_as_ctx_ddp(case, monkeypatch):
+    """With plain DistributedDataParallel (DDPFAULTS_TRACE_DDP=0: ctx.ddp installs no tracing hook), the case has the
+    same verdict, root-cause rank and first divergent collective as with the tracing hook (its run above)."""
+    traced = _result(case.id)
+    monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
+    plain = case.run(RunSpec())
+    assert _signature(plain) == _signature(traced), (plain.report(), traced.report())
 
 
 #: script scenario case -> its fn(ctx) twin (scenario_scripts.py says where torchrun's semantics differ)
