@@ -185,13 +185,13 @@ def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
     parent (PR_SET_PDEATHSIG). In every case no hog, rank or fork server is left."""
     out_path = tmp_path / "out.txt"
     with open(out_path, "wb") as out:
-        proc = _soak("--rounds", "1000", "--hogs", "2", TINY, out=out)
+        proc = _soak("--rounds", "1000", "--hogs", "1", TINY, out=out)  # one hog: a second would starve other tests
     try:
         seen = _watch(proc, until=lambda: "round 1/1000" in out_path.read_text())
         assert proc.poll() is None, out_path.read_text()
         seen.update(descendants(proc.pid))
         hogs = _hog_pids(seen)
-        assert len(hogs) == 2, seen
+        assert len(hogs) == 1, seen
         proc.send_signal(signum)
         proc.wait(timeout=60)
     finally:
@@ -206,12 +206,12 @@ def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
     assert _gone(seen) == [], f"processes of the soak left: {_gone(seen)}\n{output}"
     if signum == signal.SIGINT:
         assert proc.returncode == 130, output
-        assert "hogs: 2 started, 2 stopped" in output, output
+        assert "hogs: 1 started, 1 stopped" in output, output
         assert "reduce_steps[clean]  completed " in output, output
         assert re.search(r"\ninterrupted \(Ctrl-C\) after (\d+) complete rounds?\n", output), output
         last = output.splitlines()[-1]
         assert re.fullmatch(
-            r"soak: 2 cases x \d+ rounds? under 2 hogs: 0 flips, 0 mismatches in \d+ runs \(\d+ s\)", last
+            r"soak: 2 cases x \d+ rounds? under 1 hog: 0 flips, 0 mismatches in \d+ runs \(\d+ s\)", last
         ), output
     else:
         assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM), output
