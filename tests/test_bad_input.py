@@ -650,8 +650,8 @@ ROWS = [
         "fault-signal-does-not-kill",
         "API",
         "FaultError",
-        ("RankKilled", "SIGUSR1"),
-        lambda e: e.api(RankKilled, rank=1, step=1, signal=signal.SIGUSR1),
+        ("RankKilled", "SIGCHLD"),
+        lambda e: e.api(RankKilled, rank=1, step=1, signal=signal.SIGCHLD),
     ),
     Row(
         "fault-variant-single-fault",

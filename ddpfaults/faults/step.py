@@ -59,11 +59,10 @@ class RankCrash(Fault):
         return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
 
 
-#: signals that do not end a process by default (ignored, or stop/continue it), and SIGUSR1, on which a rank
-#: dumps its stacks (faulthandler) and goes on: none of them kills a rank
+#: signals that do not end a process by default (ignored, or stop/continue it): none of them kills a rank
 NOT_KILLING = frozenset(
     getattr(signals, name)
-    for name in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGUSR1")
+    for name in ("SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU")
     if hasattr(signals, name)
 )
 
@@ -71,8 +70,7 @@ NOT_KILLING = frozenset(
 class RankKilled(Fault):
     """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step``: an OOM kill, a
     preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died.
-    ``signal`` must be one whose default action ends a process (not SIGCHLD, SIGSTOP, ..., nor SIGUSR1, which
-    ddpfaults uses to take a rank's stacks)."""
+    ``signal`` must be one whose default action ends a process (not SIGCHLD, SIGSTOP, ...)."""
 
     ends_rank = True
 
@@ -90,8 +88,8 @@ class RankKilled(Fault):
             ) from None
         if self.signal in NOT_KILLING:
             raise FaultError(
-                f"RankKilled: signal {self.signal.name} does not kill a rank (ignored, stops it, or ddpfaults' "
-                f"stack-dump signal); use SIGKILL, SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS..."
+                f"RankKilled: signal {self.signal.name} does not kill a rank (it is ignored, or stops or "
+                f"continues it); use SIGKILL, SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS..."
             )
 
     def on_step(self, ctx) -> None:

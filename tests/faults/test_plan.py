@@ -225,7 +225,7 @@ def _local_exception():
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: RankKilled(rank=1, step=1, signal=signal.SIGUSR1), "RankKilled: signal SIGUSR1 does not kill a rank"),
+        (lambda: RankKilled(rank=1, step=1, signal=signal.SIGTSTP), "RankKilled: signal SIGTSTP does not kill a rank"),
         (lambda: RankKilled(rank=1, step=1, signal=signal.SIGCHLD), "RankKilled: signal SIGCHLD does not kill a rank"),
         (lambda: RankKilled(rank=1, step=1, signal=signal.SIGSTOP), "RankKilled: signal SIGSTOP does not kill a rank"),
         (lambda: RankKilled(rank=1, step=1, signal=15.0), "RankKilled: signal must be a signal number"),
