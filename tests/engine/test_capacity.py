@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -41,9 +40,7 @@ def test_this_machine_has_room_for_the_worlds_the_suite_runs():
 @pytest.mark.parametrize("run", [ddpfaults.run_world, ddpfaults.run_script])
 def test_a_world_beyond_the_machine_is_refused_before_anything_starts(run):
     launched = list(census.LAUNCHED)
-    started = time.monotonic()
     target = all_reduce_steps if run is ddpfaults.run_world else PLAIN
     with pytest.raises(InvalidWorldSize, match=r"world_size=1000000 is more than this machine can hold: at most \d+"):
         run(target, world_size=1_000_000, timeout=20)
-    assert time.monotonic() - started < 5
     assert census.LAUNCHED == launched

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from processes import alive, wait_for
+from processes import alive, interruptible, wait_for
 
 #: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
@@ -34,7 +34,9 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
     script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path)))
     output = tmp_path / "launcher.out"
     with open(output, "wb") as out:
-        launcher = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT)
+        launcher = subprocess.Popen(
+            [sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT, preexec_fn=interruptible
+        )
     try:
 
         def infos():

@@ -13,7 +13,7 @@ import pytest
 
 from ddpfaults.matrix import Row
 from ddpfaults.soak import Flip, Hogs, Totals, case_lines, summary_line, tally, totals
-from processes import alive, descendants
+from processes import alive, descendants, interruptible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 TINY = os.path.join(ROOT, "tests", "support", "soak_scenarios.py")
@@ -110,7 +110,11 @@ def test_hogs_spin_and_are_killed_when_the_block_raises():
 
 def _soak(*args, out):
     return subprocess.Popen(
-        [sys.executable, "-m", "ddpfaults", "soak", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "ddpfaults", "soak", *args],
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        preexec_fn=interruptible,
     )
 
 

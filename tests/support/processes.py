@@ -1,7 +1,8 @@
 """Process helpers for tests: which of a set of pids are still alive (zombies count as gone), a process's
-descendants, and waiting for a condition."""
+descendants, waiting for a condition, and a child that Ctrl-C interrupts whatever its parent inherited."""
 
 import os
+import signal
 import time
 
 
@@ -48,3 +49,9 @@ def wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def interruptible() -> None:
+    """``preexec_fn`` giving the child SIGINT's default action, so Python turns it into KeyboardInterrupt: a test
+    run started in the background of a non-interactive shell ignores SIGINT, and its children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -221,12 +220,15 @@ def test_matcher_matches_each_instance_once():
         assert len(set(rows.tolist())) == k
 
 
-def test_forward_backward_is_fast():
+def test_model_and_batch_stay_tiny():
+    """A step costs what the model and batch hold (the built-in suite runs hundreds of them): a size bound, not a
+    timed assert, which a loaded machine would break."""
     x, targets = make_batch(seed=0, rank=0, step=0)
     model, criterion = SetPredictionModel(), SetCriterion()
-    start = time.perf_counter()
+    assert sum(p.numel() for p in model.parameters()) <= 5_000
+    assert x.numel() <= 1_000
     criterion(model(x, stack_point2segment(targets)), targets).backward()
-    assert time.perf_counter() - start < 0.5
+    assert all(p.grad is not None for p in model.parameters())
 
 
 def test_criterion_all_reduces_num_masks_in_a_process_group(tmp_path, monkeypatch):
