@@ -8,6 +8,8 @@ Each one is proven by a fixed built-in scenario in a real gloo world:
 - :func:`ddp_wrap` — no ``device_ids`` for a CPU (or non-CUDA) module (report 004);
 - :func:`even_batches` / :func:`join` — uneven inputs without a hang; :func:`training_census` — are all ranks
   training, on different samples (report 003)?
+- :class:`GlooSyncBatchNorm` / :func:`convert_gloo_sync_batchnorm` — synchronised BatchNorm on CPU and gloo
+  (torch's ``SyncBatchNorm`` refuses CPU), an empty rank joining with a count of 0 (scenario_sync_batchnorm).
 """
 
 from __future__ import annotations
@@ -129,3 +131,59 @@ def training_census(steps: int, samples, *, group=None) -> dict:
         "overlap": sum(1 for n in seen.values() if n > 1),
         "covered": len(seen),
     }
+
+
+class GlooSyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """A BatchNorm whose training statistics are summed over every rank, on any device (CPU and gloo too).
+
+    torch's ``SyncBatchNorm`` refuses CPU input ("SyncBatchNorm expected input tensor to be on GPU ...";
+    its kernels are CUDA-only). This one all_reduces each channel's sum, sum of squares and count with
+    the autograd-aware ``torch.distributed.nn.functional.all_reduce`` (its backward all_reduces too), so
+    a rank with an empty batch still joins both collectives with zeros and a count of 0, as torch's does.
+    Every rank must run its forward and backward in the same steps. Outside training (or without a
+    process group) it is a plain BatchNorm. Build it with :func:`convert_gloo_sync_batchnorm`.
+    """
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"GlooSyncBatchNorm: expected at least 2D input (N, C, ...), got {input.dim()}D")
+
+    def forward(self, input):
+        """Normalise with the statistics of every rank's batch (training) or the running statistics."""
+        if not (self.training and dist.is_available() and dist.is_initialized()):
+            return super().forward(input)
+        from torch.distributed.nn.functional import all_reduce
+
+        channels = input.shape[1]
+        flat = input.transpose(0, 1).reshape(channels, -1)
+        count = torch.full((1,), float(flat.shape[1]), dtype=input.dtype)
+        totals = all_reduce(torch.cat([flat.sum(1), (flat * flat).sum(1), count]))
+        n = totals[-1].clamp(min=1)
+        mean = totals[:channels] / n
+        var = (totals[channels : 2 * channels] / n - mean * mean).clamp(min=0)
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                self.running_mean.lerp_(mean, factor)
+                self.running_var.lerp_(var * n / (n - 1).clamp(min=1), factor)
+        shape = (1, channels) + (1,) * (input.dim() - 2)
+        out = (input - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        return out
+
+
+def convert_gloo_sync_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` with every BatchNorm layer replaced by a :class:`GlooSyncBatchNorm` holding its state
+    (the CPU/gloo counterpart of ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``)."""
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, GlooSyncBatchNorm):
+        converted = GlooSyncBatchNorm(
+            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+        )
+        converted.load_state_dict(module.state_dict())
+        converted.train(module.training)
+        return converted
+    for name, child in module.named_children():
+        module.add_module(name, convert_gloo_sync_batchnorm(child))
+    return module

@@ -172,3 +172,48 @@ def test_training_census_is_the_same_on_every_rank(overlap, expected_overlap):
         "covered": 12,
     }
     assert result.values == [expected] * 3
+
+
+def _bn_data():
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(8, 4, generator=g) * 3 + 1, torch.randn(8, 4, generator=g)
+
+
+def gloo_sync_bn(ctx, rows):
+    """Rank r normalises rows[r] of a shared 8-row batch with GlooSyncBatchNorm; returns its part of the result."""
+    x, coef = _bn_data()
+    start, stop = rows[ctx.rank]
+    bn = remedies.convert_gloo_sync_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm1d(4)))[0]
+    local = x[start:stop].clone().requires_grad_(True)
+    out = bn(local)
+    (out * coef[start:stop]).sum().backward()
+    return out.detach(), local.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var
+
+
+def test_gloo_sync_batchnorm_matches_one_batchnorm_over_every_ranks_rows_with_an_empty_rank():
+    rows = [(0, 5), (5, 5), (5, 8)]  # rank 1's batch is empty
+    result = run_world(gloo_sync_bn, world_size=3, kwargs={"rows": rows})
+    assert result.outcome == "completed", result.report()
+    x, coef = _bn_data()
+    reference = torch.nn.BatchNorm1d(4)
+    whole = x.clone().requires_grad_(True)
+    out = reference(whole)
+    (out * coef).sum().backward()
+    got = result.values
+    torch.testing.assert_close(torch.cat([v[0] for v in got]), out.detach())
+    torch.testing.assert_close(torch.cat([v[1] for v in got]), whole.grad)
+    torch.testing.assert_close(sum(v[2] for v in got), reference.weight.grad)  # DDP would all_reduce these
+    torch.testing.assert_close(sum(v[3] for v in got), reference.bias.grad)
+    for v in got:
+        torch.testing.assert_close(v[4], reference.running_mean)
+        torch.testing.assert_close(v[5], reference.running_var)
+
+
+def test_convert_gloo_sync_batchnorm_keeps_the_state_and_refuses_nothing_on_cpu():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4, momentum=None))
+    model[1].running_mean.fill_(2.0)
+    converted = remedies.convert_gloo_sync_batchnorm(model)
+    assert isinstance(converted[1], remedies.GlooSyncBatchNorm)
+    assert converted[1].momentum is None and torch.equal(converted[1].running_mean, torch.full((4,), 2.0))
+    converted.eval()
+    assert converted(torch.randn(2, 3)).shape == (2, 4)  # no process group, eval: a plain BatchNorm

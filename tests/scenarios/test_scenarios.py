@@ -42,6 +42,9 @@ FIRED = {
     ],
     "all_ranks_train[uneven_naive]": ["UnevenInputs(rank=1, batches=2) fired on rank 1"],
     "device[naive]": [f"DeviceMismatch() fired on rank {r}" for r in range(4)],
+    "unused_params[naive]": ["SchemaDrift(key='aux', rank=1, step=1) fired on rank 1 at step 1"],
+    "grad_accumulation[local_counter_silent]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "sync_batchnorm[fixed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
 }
 
 
@@ -52,9 +55,12 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_checkpoint.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
+        "scenario_grad_accumulation.py",
         "scenario_partial_fake_target.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
+        "scenario_sync_batchnorm.py",
+        "scenario_unused_params.py",
     ]
     ids = {c.id for c in CASES}
     assert len(ids) == len(CASES) >= 23
