@@ -69,8 +69,12 @@ NEW_ORDER = value_check(
     world_size=WORLD,
     stall=SAFE_STALL,
     variants=[
-        ddpfaults.variant("naive", kwargs={"call_set_epoch": False}, expect=expect("completed", SAME_ORDER, values_equal=True)),
-        ddpfaults.variant("fixed", kwargs={"call_set_epoch": True}, expect=expect("completed", NEW_ORDER, values_equal=True)),
+        ddpfaults.variant(
+            "naive", kwargs={"call_set_epoch": False}, expect=expect("completed", SAME_ORDER, values_equal=True)
+        ),
+        ddpfaults.variant(
+            "fixed", kwargs={"call_set_epoch": True}, expect=expect("completed", NEW_ORDER, values_equal=True)
+        ),
     ],
 )
 def set_epoch(ctx, call_set_epoch):

@@ -50,11 +50,13 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
     assert modules == [
         "scenario_all_ranks_train.py",
         "scenario_checkpoint.py",
+        "scenario_checkpoint_dir.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
         "scenario_partial_fake_target.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
+        "scenario_set_epoch.py",
     ]
     ids = {c.id for c in CASES}
     assert len(ids) == len(CASES) >= 23
