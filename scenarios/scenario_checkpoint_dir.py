@@ -5,9 +5,12 @@ reloads it after a barrier (:func:`ddpfaults.remedies.load_after_barrier`, as ``
 fixed variant does). Measured on gloo, 3 ranks, 5 runs each plus the soak (what the variants assert):
 
 - ``all_mkdir``: every rank ``os.makedirs(dir)`` (no ``exist_ok``) at once: ``mkdir`` is atomic, so exactly
-  one rank wins and the other two raise ``FileExistsError`` at the first save; the winner, waiting in the
-  barrier, gets "Connection closed by peer". A crash every time; which rank wins varies from run to run
-  (the root cause named rank 0 or rank 1 in 5 runs), so the variant asserts the count, not the rank.
+  one rank wins and the other two get ``FileExistsError`` at the first save. Left uncaught (as in the field)
+  the world crashes every time, the winner getting "Connection closed by peer" in the barrier, but the race
+  decides which ranks raise: the root cause named rank 0 in 5 of 11 runs and rank 1 in the other 6. A case
+  must have one verdict and one root-cause rank, so this variant catches the error where it is raised and
+  returns, gathered on every rank, who created the directory and who raised: it completes, and asserts
+  that exactly one rank created it (6 of 6 runs, and under the soak).
 - ``all_save``: every rank ``os.makedirs(dir, exist_ok=True)`` and ``torch.save`` s to the same file at once:
   nothing happens. The world completes, every rank loads exactly the model it trained. Replicas are
   bit-equal, so the concurrent writers write identical bytes. (Outside the matrix, 3 processes saving
@@ -35,6 +38,7 @@ rank saving the same checkpoint "corrupts it": on a local filesystem with equal 
 import os
 
 import torch
+import torch.distributed as dist
 
 import ddpfaults
 from _checks import HANG_STALL, SAFE_STALL, every_rank_errors, expect, others_blocked_in, raised_by, value_check
@@ -43,6 +47,10 @@ from ddpfaults.toy.models import MLP, regression_step, state_digest
 
 WORLD = 3
 FILE_EXISTS = "FileExistsError"
+ONE_CREATOR = value_check(
+    f"one rank created the directory, the other {WORLD - 1} raised FileExistsError",
+    lambda values: values[0] is not None and sorted(values[0]) == [FILE_EXISTS] * (WORLD - 1) + ["created"],
+)
 LOADED_WHAT_IT_TRAINED = value_check(
     "every rank loaded exactly the model it trained",
     lambda values: all(v is not None and v[0] == v[1] for v in values),
@@ -57,14 +65,27 @@ def _save(state, directory, exist_ok, atomic):
     return path
 
 
+def _mkdir_race(directory) -> list:
+    """Every rank ``os.makedirs(directory)`` at once (no ``exist_ok``); gathered: per rank, "created" or the
+    error it raised."""
+    try:
+        os.makedirs(directory)
+        outcome = "created"
+    except OSError as exc:
+        outcome = type(exc).__name__
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, outcome)
+    return gathered
+
+
 @ddpfaults.scenario(
     world_size=WORLD,
     stall=SAFE_STALL,
     variants=[
         ddpfaults.variant(
             "all_mkdir",
-            kwargs={"writers": "all", "exist_ok": False},
-            expect=expect("crashed with FileExistsError", raised_by(FILE_EXISTS, WORLD - 1)),
+            kwargs={"writers": "all", "exist_ok": False, "probe": True},
+            expect=expect("completed", ONE_CREATOR, values_equal=True),
         ),
         ddpfaults.variant(
             "all_save",
@@ -96,11 +117,12 @@ def _save(state, directory, exist_ok, atomic):
         ),
     ],
 )
-def checkpoint_dir(ctx, writers, exist_ok, shared=False, save_steps=(1, 2), steps=3):
+def checkpoint_dir(ctx, writers, exist_ok, shared=False, probe=False, save_steps=(1, 2), steps=3):
     """Train an MLP; at ``save_steps`` the ``writers`` ("all" ranks, or "rank0") make ``checkpoints/`` and
     save the model into it, then every rank reloads it after a barrier (``shared``: rank 0 saves through
     :func:`~ddpfaults.remedies.on_rank0`, atomically, and every rank learns whether it worked). Returns the
-    digests of the loaded checkpoint and of the trained model."""
+    digests of the loaded checkpoint and of the trained model (``probe``: at the first save, every rank's
+    outcome of making the directory)."""
     model = MLP(seed=ctx.seed)
     ddp = ctx.ddp(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -112,6 +134,8 @@ def checkpoint_dir(ctx, writers, exist_ok, shared=False, save_steps=(1, 2), step
         if step not in save_steps:
             continue
         state = {k: v.clone() for k, v in model.state_dict().items()}
+        if probe:
+            return _mkdir_race(directory)
         if shared:
             remedies.on_rank0(_save, state, directory, exist_ok, True)
         elif writers == "all" or ctx.rank == 0:
