@@ -10,6 +10,8 @@ Each one is proven by a fixed built-in scenario in a real gloo world:
   training, on different samples (report 003)?
 - :class:`GlooSyncBatchNorm` / :func:`convert_gloo_sync_batchnorm` — synchronised BatchNorm on CPU and gloo
   (torch's ``SyncBatchNorm`` refuses CPU), an empty rank joining with a count of 0 (scenario_sync_batchnorm).
+- :func:`on_rank0` — rank 0 alone does a step (makes the checkpoint directory, saves), every rank learns how it
+  went: all return together or all raise its error together, never some waiting forever on a rank that raised.
 """
 
 from __future__ import annotations
@@ -187,3 +189,35 @@ def convert_gloo_sync_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     for name, child in module.named_children():
         module.add_module(name, convert_gloo_sync_batchnorm(child))
     return module
+
+
+def on_rank0(fn, *args, src: int = 0, group=None, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on rank ``src`` (of ``group``) only, then share its outcome: every rank must
+    call this.
+
+    One ``broadcast_object_list`` carries the result (returned on every rank) or the exception, which every
+    rank then raises: a rank waiting for ``src`` learns of its failure instead of waiting forever (under NCCL,
+    a failed rank's peers hang), and the ranks fail together at the same line. An exception that cannot be
+    pickled travels as a ``RuntimeError`` naming its type and message.
+    """
+    import pickle
+
+    root = src if group is None else dist.get_global_rank(group, src)
+    outcome, error = [None], None
+    if dist.get_rank() == root:
+        try:
+            outcome = [(True, fn(*args, **kwargs))]
+        except Exception as exc:
+            error = exc
+            try:
+                pickle.dumps(exc)
+            except Exception:
+                exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+            outcome = [(False, exc)]
+    dist.broadcast_object_list(outcome, src=root, group=group)
+    ok, value = outcome[0]
+    if error is not None:
+        raise error
+    if not ok:
+        raise value
+    return value

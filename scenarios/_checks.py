@@ -40,3 +40,34 @@ def value_check(description: str, predicate) -> Check:
         return None if predicate(result.values) else f"values were {result.values!r}"
 
     return Check(description, fn)
+
+
+def raised_by(prefix: str, count: int) -> Check:
+    """Exactly ``count`` ranks raised an error starting with ``prefix``; every other rank failed as collateral
+    (a peer's loss: "Connection closed by peer", "Connection reset by peer"...)."""
+
+    def fn(result):
+        raised = [r.rank for r in result.ranks if (r.error or "").startswith(prefix)]
+        others = [
+            f"rank {r.rank}: {r.error or r.state}" for r in result.ranks if r.rank not in raised and not r.collateral
+        ]
+        if len(raised) != count or others:
+            return f"ranks {raised} raised {prefix} (expected {count}); not collateral: {others}"
+        return None
+
+    return Check(f"{count} rank(s) raised {prefix}, every other rank collateral", fn)
+
+
+def others_blocked_in(op: str, root: int) -> Check:
+    """Every rank but ``root`` is blocked inside the collective ``op`` (where a peer of a lingering failed rank
+    waits: the judge names no divergent collective when the root rank raised outside any collective)."""
+
+    def fn(result):
+        bad = [
+            f"rank {r.rank}: {r.state} {r.where}"
+            for r in result.ranks
+            if r.rank != root and not (r.state == "blocked" and (r.where or "").startswith(f"in {op}("))
+        ]
+        return f"not blocked in {op}: {bad}" if bad else None
+
+    return Check(f"every rank but {root} blocked in {op}", fn)

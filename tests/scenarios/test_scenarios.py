@@ -53,12 +53,14 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
     assert modules == [
         "scenario_all_ranks_train.py",
         "scenario_checkpoint.py",
+        "scenario_checkpoint_dir.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
         "scenario_grad_accumulation.py",
         "scenario_partial_fake_target.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
+        "scenario_set_epoch.py",
         "scenario_sync_batchnorm.py",
         "scenario_unused_params.py",
     ]
