@@ -4,12 +4,18 @@
 NaN (0/0), the classic "bad loss on one rank". Measured on gloo with plain DDP (what the variants assert):
 
 - ``naive_skip``: the bad rank ``continue`` s past ``backward`` and ``step`` (``if not torch.isfinite(loss)``).
-  TODO measured
+  Its next step's gradient-bucket all_reduce pairs with its peers' current one (same size: gloo sees nothing
+  wrong), so it finishes a step early while ranks 0 and 2 wait in the last bucket all_reduce: a hang, named as
+  rank 1 diverging at the DDP gradient bucket (6 of 6 runs). The field's "hang" holds while the early rank
+  stays alive (as here, and as on NCCL); under torchrun that rank exits and gloo peers get "Connection closed
+  by peer" instead (measured-facts.md, the empty-batch ``continue`` under torchrun).
 - ``fixed_skip_together``: every rank all_reduces a "my loss is bad" flag
   (:func:`ddpfaults.remedies.any_rank`) and all skip the step together: completes, bit-equal replicas.
 - ``fixed_zero_loss``: the bad rank still runs ``backward`` on a zero that keeps the graph
   (``outputs.sum() * 0``: every parameter gets a zero gradient), so it joins every gradient all_reduce:
   completes, bit-equal replicas (the average then counts the bad rank's zeros).
+
+The same holds for a loss that is exactly zero: what matters is that one rank alone skips ``backward``.
 """
 
 import math

@@ -5,11 +5,27 @@ Every step trains an MLP under DDP, then validates the local replica on the rank
 ``EmptyBatch(rank=1, ...)`` empties rank 1's validation batch, so rank 1 logs one key fewer at that step.
 Measured on gloo (what the variants assert):
 
-- TODO
+- ``naive`` (empty batch at step 1 of 3): each rank all_reduces its own keys, one call per key in key order.
+  Rank 1's ``val_samples`` pairs silently with its peers' ``val_mse``, then its step-2 gradient bucket (178
+  floats) meets their ``val_samples`` (1 element): gloo aborts a receiver (SIGABRT on rank 0, "Received data
+  size doesn't match expected size"), the others get "Connection reset/closed by peer": a crash, named as
+  rank 1 diverging (6 of 6 runs).
+- ``naive_last_step`` (empty batch at the last step): nothing follows the missing reduction, so rank 1
+  finishes while ranks 0 and 2 wait in their last ``all_reduce``: a hang on rank 1 (6 of 6).
+- ``naive_stacked``: the same keys stacked into one tensor, one all_reduce: rank 1 sends 1 element, its peers
+  2. Gloo does not detect it: all three ranks block in that all_reduce: a hang, named on rank 1 (6 of 6).
+- ``naive_crossed``: the empty rank logs ``val_empty`` instead of ``val_mse`` (a counter logged only when it
+  happens): the same number of keys, so every per-key all_reduce pairs up and the run completes — with rank 1's
+  ``val_empty`` summed into ranks 0 and 2's ``val_mse``, which the variant's check proves from every rank's
+  local metrics (6 of 6). The silent failure: no error, wrong numbers.
 - ``fixed``: the ranks agree on the key set first and reduce one tensor
   (:func:`ddpfaults.remedies.sync_metrics`: one ``all_gather_object`` of the sorted keys, one ``all_reduce``
   of values and counts; a key is averaged over the ranks that logged it): completes with bit-equal replicas
   and the same, correct metrics on every rank.
+
+Contradicted field claims: a key logged on some ranks only is said to hang ``sync_dist``; on gloo that holds
+only when the missing reduction is the last collective or the sizes differ little (stacked); mid-training
+it crashes (the next DDP bucket meets a metric reduction), and a key swapped for another never fails at all.
 """
 
 import torch
@@ -56,7 +72,7 @@ def _reduce_stacked(metrics):
     """The naive sync in one call: this rank's values, stacked in key order, all_reduced as one tensor."""
     values = torch.tensor([metrics[k] for k in sorted(metrics)], dtype=torch.float64)
     dist.all_reduce(values)
-    return dict(zip(sorted(metrics), (values / dist.get_world_size()).tolist()))
+    return dict(zip(sorted(metrics), (values / dist.get_world_size()).tolist(), strict=True))
 
 
 SYNC = {"per_key": _reduce_per_key, "stacked": _reduce_stacked, "agreed": remedies.sync_metrics}
@@ -81,9 +97,8 @@ def _agreed(values):
 def _crossed(values):
     synced, local = [v["synced"][1] for v in values], [log[1] for log in values[0]["local"]]
     crossed = (local[0]["val_mse"] + 1.0 + local[2]["val_mse"]) / 3  # rank 1's val_empty summed into val_mse
-    return (
-        "val_mse" not in synced[1]
-        and all(_close(log, crossed) for log in (synced[0]["val_mse"], synced[1]["val_empty"], synced[2]["val_mse"]))
+    return "val_mse" not in synced[1] and all(
+        _close(log, crossed) for log in (synced[0]["val_mse"], synced[1]["val_empty"], synced[2]["val_mse"])
     )
 
 

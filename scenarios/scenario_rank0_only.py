@@ -3,14 +3,23 @@
 Every step trains an MLP with a BatchNorm layer under DDP; then the ``evaluator`` rank (a scenario kwarg,
 rank 0) evaluates on a held-out batch. Measured on gloo (what the variants assert):
 
-- TODO
+- ``naive_all_reduce``: rank 0's evaluation all_reduces its metric (1 element) while ranks 1 and 2 start the
+  next step, whose DDP forward begins with a 7-element broadcast (the bucket indices DDP rebuilds, once, at the
+  second training forward): gloo sees no size error and all three ranks block: a hang, named as rank 0
+  diverging (6 of 6 runs).
+- ``naive_barrier``: ``dist.barrier()`` in rank 0's evaluation meets the same broadcast: a hang on rank 0 (6 of 6).
+- ``naive_ddp_forward``: rank 0 evaluates through the DDP wrapper (``ddp(x)`` under ``no_grad``), whose forward
+  broadcasts the BatchNorm buffers (128 bytes) from rank 0 while its peers, in their training forward, expect
+  the 28-byte bucket-index broadcast: gloo aborts both receivers (SIGABRT on ranks 1 and 2, "Received data size
+  doesn't match expected size"); rank 0 gets "Connection reset by peer": a crash (6 of 6), contradicting the
+  field's "rank-0 evaluation hangs". ddpfaults names rank 1 (an aborted receiver) as the root cause, not rank 0:
+  a signal-killed rank leaves no flight-recorder dump, and DDP's forward broadcasts are not traced otherwise,
+  so the variant asserts the crash and gloo's message only.
 - ``fixed_module``: rank 0 evaluates the unwrapped replica ``ddp.module`` and reduces nothing: completes,
   bit-equal replicas.
 - ``fixed_all_ranks``: every rank evaluates its own held-out batch and the metric is all_reduced by all:
   completes, bit-equal replicas and one metric.
 """
-
-import contextlib
 
 import torch
 import torch.distributed as dist
@@ -33,7 +42,9 @@ class NormMLP(nn.Module):
         super().__init__()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, 2))
+            self.net = nn.Sequential(
+                nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, out_dim)
+            )
 
     def forward(self, x):
         """The model applied to a batch."""
@@ -63,13 +74,17 @@ def _evaluate(ctx, ddp, step, how):
     faults=[],
     stall=SAFE_STALL,
     variants=[
-        ddpfaults.variant("naive_all_reduce", kwargs={"how": "all_reduce"}, stall=HANG_STALL, expect="hung on rank 0 in all_reduce"),
+        ddpfaults.variant(
+            "naive_all_reduce", kwargs={"how": "all_reduce"}, stall=HANG_STALL, expect="hung on rank 0 in all_reduce"
+        ),
         ddpfaults.variant(
             "naive_ddp_forward",
             kwargs={"how": "ddp_forward"},
             expect=ddpfaults.Expect("crashed", root_cause="Received data size doesn't match expected size"),
         ),
-        ddpfaults.variant("naive_barrier", kwargs={"how": "barrier"}, stall=HANG_STALL, expect="hung on rank 0 in barrier"),
+        ddpfaults.variant(
+            "naive_barrier", kwargs={"how": "barrier"}, stall=HANG_STALL, expect="hung on rank 0 in barrier"
+        ),
         ddpfaults.variant(
             "fixed_module", kwargs={"how": "module"}, expect=ddpfaults.Expect("completed", values_equal=True)
         ),

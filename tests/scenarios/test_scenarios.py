@@ -42,6 +42,8 @@ FIRED = {
     ],
     "all_ranks_train[uneven_naive]": ["UnevenInputs(rank=1, batches=2) fired on rank 1"],
     "device[naive]": [f"DeviceMismatch() fired on rank {r}" for r in range(4)],
+    "bad_loss[naive_skip]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "metrics[naive_crossed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
 }
 
 
@@ -49,10 +51,13 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
     modules = sorted(n for n in os.listdir(builtin_dir()) if n.startswith("scenario_"))
     assert modules == [
         "scenario_all_ranks_train.py",
+        "scenario_bad_loss.py",
         "scenario_checkpoint.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
+        "scenario_metrics.py",
         "scenario_partial_fake_target.py",
+        "scenario_rank0_only.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
     ]
