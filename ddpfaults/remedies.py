@@ -12,6 +12,9 @@ Each one is proven by a fixed built-in scenario in a real gloo world:
   (torch's ``SyncBatchNorm`` refuses CPU), an empty rank joining with a count of 0 (scenario_sync_batchnorm).
 - :func:`on_rank0` — rank 0 alone does a step (makes the checkpoint directory, saves), every rank learns how it
   went: all return together or all raise its error together, never some waiting forever on a rank that raised.
+- :func:`any_rank` — agree whether any rank's condition holds (a NaN loss) before skipping a step (Lightning #12190);
+- :func:`sync_metrics` — metrics logged with different keys on different ranks, reduced without a mismatch
+  (Lightning #19106).
 """
 
 from __future__ import annotations
@@ -221,3 +224,33 @@ def on_rank0(fn, *args, src: int = 0, group=None, **kwargs):
     if not ok:
         raise value
     return value
+
+
+def any_rank(flag: bool, *, group=None) -> bool:
+    """True if ``flag`` is true on any rank (one all_reduce, MAX): every rank must call it at the same point.
+
+    Agree before skipping a step on one rank's condition (a NaN or zero loss, Lightning #12190): then all ranks
+    skip ``backward`` and ``optimizer.step`` together and no gradient all_reduce is left unmatched.
+    """
+    value = torch.tensor([int(bool(flag))], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return bool(value.item())
+
+
+def sync_metrics(metrics: dict, *, group=None) -> dict:
+    """Every rank's logged ``{key: number}`` averaged over the ranks that logged each key; identical on every rank.
+
+    Ranks may log different keys (a metric logged only when a batch has samples, Lightning #19106): the key sets
+    are agreed first (one ``all_gather_object`` of the sorted keys), then values and counts travel in one
+    ``all_reduce`` of a fixed-size tensor, so no reduction can pair with another rank's different key. A key
+    is in the result if any rank logged it. Every rank must call it at the same point.
+    """
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, sorted(metrics), group=group)
+    keys = sorted(set().union(*gathered))
+    packed = torch.zeros(2, len(keys), dtype=torch.float64)
+    for i, key in enumerate(keys):
+        if key in metrics:
+            packed[0, i], packed[1, i] = float(metrics[key]), 1.0
+    dist.all_reduce(packed, group=group)
+    return {key: float(packed[0, i] / packed[1, i]) for i, key in enumerate(keys)}

@@ -45,6 +45,8 @@ FIRED = {
     "unused_params[naive]": ["SchemaDrift(key='aux', rank=1, step=1) fired on rank 1 at step 1"],
     "grad_accumulation[local_counter_silent]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
     "sync_batchnorm[fixed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "bad_loss[naive_skip]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "metrics[naive_crossed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
 }
 
 
@@ -52,12 +54,15 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
     modules = sorted(n for n in os.listdir(builtin_dir()) if n.startswith("scenario_"))
     assert modules == [
         "scenario_all_ranks_train.py",
+        "scenario_bad_loss.py",
         "scenario_checkpoint.py",
         "scenario_checkpoint_dir.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
         "scenario_grad_accumulation.py",
+        "scenario_metrics.py",
         "scenario_partial_fake_target.py",
+        "scenario_rank0_only.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
         "scenario_set_epoch.py",
