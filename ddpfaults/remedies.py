@@ -8,6 +8,7 @@ Each one is proven by a fixed built-in scenario in a real gloo world:
 - :func:`ddp_wrap` — no ``device_ids`` for a CPU (or non-CUDA) module (report 004);
 - :func:`even_batches` / :func:`join` — uneven inputs without a hang; :func:`training_census` — are all ranks
   training, on different samples (report 003)?
+- :func:`any_rank_failed` — one rank's step failed (out of memory): every rank skips it together (issue 15).
 """
 
 from __future__ import annotations
@@ -129,3 +130,10 @@ def training_census(steps: int, samples, *, group=None) -> dict:
         "overlap": sum(1 for n in seen.values() if n > 1),
         "covered": len(seen),
     }
+
+
+def any_rank_failed(failed: bool, *, group=None) -> bool:
+    """True if any rank's step failed (e.g. it caught an out-of-memory error): then every rank skips the step
+    together, so no rank is left alone in the step's collectives. Every rank must call it at the same point (one
+    all_reduce, :func:`empty_rank_count`'s)."""
+    return empty_rank_count(failed, group=group) > 0

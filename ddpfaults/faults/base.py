@@ -125,6 +125,11 @@ class Fault:
         """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
         return False
 
+    def before_collective(self, ctx, op: str) -> str | None:
+        """Act as the rank enters collective ``op`` (called where the fault applies, unless a skip took it); return
+        what was done (recorded as fired), None for no effect. ``SlowLink``, ``DroppedLink``."""
+        return None
+
     # -- hooks called at torch's seams inside a rank (where the fault applies, unless claimed by ctx.fault) ----
     def on_batch(self, batch):
         """A batch a DataLoader yields, replaced by what this fault makes of it; None: no effect."""
