@@ -42,6 +42,9 @@ FIRED = {
     ],
     "all_ranks_train[uneven_naive]": ["UnevenInputs(rank=1, batches=2) fired on rank 1"],
     "device[naive]": [f"DeviceMismatch() fired on rank {r}" for r in range(4)],
+    "oom[fixed]": ["OutOfMemory(rank=1, step=1) fired on rank 1 at step 1 (limited the address space to"],
+    "link[slow_bucket]": ["fired on rank 1 at step 1 (held ddp_bucket back 0.5 s)"],
+    "link[dropped_allreduce]": ["fired on rank 1 at step 1 (shut down its 2 gloo connection(s) entering all_reduce)"],
 }
 
 
@@ -52,6 +55,8 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_checkpoint.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
+        "scenario_link.py",
+        "scenario_oom.py",
         "scenario_partial_fake_target.py",
         "scenario_rank_crash.py",
         "scenario_scripts.py",
