@@ -7,10 +7,11 @@ all_reduce for logging each step. Measured on gloo (what the variants assert):
 - ``slow_bucket``: rank 1's gradient bucket all_reduce at step 1 is 0.5 s late: its peers wait inside the
   all_reduce and the world completes with bit-equal replicas (a straggler, not a hang).
 - ``slow_allreduce``: the same on the loss all_reduce.
-- ``dropped_bucket`` / ``dropped_allreduce``: rank 1's links drop entering that collective: every rank, rank 1
-  included, raises ``RuntimeError: ... Connection closed by peer``: a crash, not a hang. Every error is
-  collateral-looking, so the judge falls back to the earliest one and names rank 0, not rank 1 (see the check:
-  the fault's record is the only witness of rank 1).
+- ``dropped_bucket`` / ``dropped_allreduce``: rank 1's links drop entering that collective: rank 1 raises
+  ``LinkDropped`` there and its peers, in the collective, ``RuntimeError: ... Connection closed by peer``: a
+  crash, not a hang, named as rank 1. (Measured before ``DroppedLink`` raised on its own rank: rank 1 too got
+  gloo's "Connection closed by peer", every error looked collateral, and the judge named whichever rank raised
+  first, rank 0, 1 or 2 across 6 runs: it does not consult the fault's fired record.)
 """
 
 import torch
@@ -27,17 +28,14 @@ from ddpfaults.toy.models import MLP, state_digest
 DELAY = 0.5
 
 
-def _dropped_on(rank: int) -> Check:
-    """The DroppedLink fired on ``rank`` and every rank failed on a closed connection."""
+def _peers_closed(rank: int) -> Check:
+    """Every rank but ``rank`` failed on gloo's "Connection closed by peer"."""
 
     def fn(result):
-        where = [f.rank for f in result.fired if "DroppedLink" in f.describe()]
-        if where != [rank]:
-            return f"DroppedLink fired on ranks {where}, expected [{rank}]"
-        bad = [r.rank for r in result.ranks if "Connection closed by peer" not in (r.error or "")]
+        bad = [r.rank for r in result.ranks if r.rank != rank and "Connection closed by peer" not in (r.error or "")]
         return f"ranks {bad} did not fail on a closed connection" if bad else None
 
-    return Check(f"DroppedLink fired on rank {rank}; every rank failed on a closed connection", fn)
+    return Check(f"every rank but {rank} failed on a closed connection", fn)
 
 
 @ddpfaults.scenario(
@@ -57,12 +55,12 @@ def _dropped_on(rank: int) -> Check:
         ddpfaults.variant(
             "dropped_bucket",
             faults=[DroppedLink(rank=1, step=1, op="ddp_bucket")],
-            expect=ddpfaults.Expect("crashed", checks=(_dropped_on(1),)),
+            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_closed(1),)),
         ),
         ddpfaults.variant(
             "dropped_allreduce",
             faults=[DroppedLink(rank=1, step=1, op="all_reduce")],
-            expect=ddpfaults.Expect("crashed", checks=(_dropped_on(1),)),
+            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_closed(1),)),
         ),
     ],
 )

@@ -33,7 +33,7 @@ from ddpfaults.faults.base import Fault, check_faults
 from ddpfaults.faults.batches import register_empty_batch, zero_instance_target
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
-from ddpfaults.faults.link import DroppedLink, SlowLink
+from ddpfaults.faults.link import DroppedLink, LinkDropped, SlowLink
 from ddpfaults.faults.memory import OutOfMemory
 from ddpfaults.faults.step import RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
 
@@ -43,6 +43,7 @@ __all__ = [
     "EmptyBatch",
     "Fault",
     "FaultError",
+    "LinkDropped",
     "OutOfMemory",
     "RankCrash",
     "RankKilled",

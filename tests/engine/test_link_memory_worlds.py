@@ -55,7 +55,8 @@ def test_link_faults_act_on_a_script_worlds_ddp_buckets():
     assert slow.outcome == Outcome.COMPLETED, slow.report()
     assert [f.how for f in slow.fired] == ["held ddp_bucket back 0.2 s"]
     dropped = run_script(PLAIN, world_size=2, faults=[DroppedLink(rank=1, step=1, op="ddp_bucket")])
-    assert dropped.outcome == Outcome.CRASHED, dropped.report()
+    assert dropped.outcome == Outcome.CRASHED and dropped.root_rank == 1, dropped.report()
     # one gloo connection (to the one peer): the TCPStore's connection at MASTER_PORT is left alone
     assert [(f.rank, f.how) for f in dropped.fired] == [(1, "shut down its 1 gloo connection(s) entering ddp_bucket")]
-    assert all(r.state == RankState.RAISED and "Connection closed by peer" in r.error for r in dropped.ranks)
+    assert dropped.ranks[1].error.startswith("LinkDropped: rank 1's links to its peers dropped entering ddp_bucket")
+    assert dropped.ranks[0].state == RankState.RAISED and "Connection closed by peer" in dropped.ranks[0].error
