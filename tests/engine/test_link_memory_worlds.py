@@ -4,6 +4,7 @@ import json
 import os
 
 import memoryfns
+import rankfns
 from ddpfaults import Outcome, RankState, run_script, run_world
 from ddpfaults.__main__ import main
 from ddpfaults.faults import DroppedLink, OutOfMemory, SlowLink
@@ -60,3 +61,11 @@ def test_link_faults_act_on_a_script_worlds_ddp_buckets():
     assert [(f.rank, f.how) for f in dropped.fired] == [(1, "shut down its 1 gloo connection(s) entering ddp_bucket")]
     assert dropped.ranks[1].error.startswith("LinkDropped: rank 1's links to its peers dropped entering ddp_bucket")
     assert dropped.ranks[0].state == RankState.RAISED and "Connection closed by peer" in dropped.ranks[0].error
+
+
+def test_a_slow_link_longer_than_the_stall_window_is_a_straggler_not_a_hang():
+    """The held-back rank sleeps in the fault, outside any collective: its peers wait on it, the world is not hung."""
+    plan = [SlowLink(rank=1, step=1, op="all_reduce", delay=1.5)]
+    result = run_world(rankfns.all_reduce_steps, world_size=2, stall=1.0, faults=plan)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert [f.how for f in result.fired] == ["held all_reduce back 1.5 s"]
