@@ -69,3 +69,11 @@ def test_a_slow_link_longer_than_the_stall_window_is_a_straggler_not_a_hang():
     result = run_world(rankfns.all_reduce_steps, world_size=2, stall=1.0, faults=plan)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert [f.how for f in result.fired] == ["held all_reduce back 1.5 s"]
+
+
+def test_out_of_memory_in_a_script_world_fires_on_the_optimizer_clock():
+    """plain_train.py never allocates 32 MiB within a step: the limit is in force for step 1 and nothing fails."""
+    result = run_script(PLAIN, world_size=2, faults=[OutOfMemory(rank=1, step=1)])
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    (fired,) = result.fired
+    assert (fired.rank, fired.step) == (1, 1) and fired.how.startswith("limited the address space to ")
