@@ -8,8 +8,9 @@ all_reduce for logging each step. Measured on gloo (what the variants assert):
   all_reduce and the world completes with bit-equal replicas (a straggler, not a hang).
 - ``slow_allreduce``: the same on the loss all_reduce.
 - ``dropped_bucket`` / ``dropped_allreduce``: rank 1's links drop entering that collective: rank 1 raises
-  ``LinkDropped`` there and its peers, in the collective, ``RuntimeError: ... Connection closed by peer``: a
-  crash, not a hang, named as rank 1. (Measured before ``DroppedLink`` raised on its own rank: rank 1 too got
+  ``LinkDropped`` there and its peers, in the collective, ``RuntimeError: ... Connection closed by peer`` (in 2
+  of 59 runs one peer got another gloo read error, pair.cc:537, also a peer-failure error): a crash, not
+  a hang, named as rank 1. (Measured before ``DroppedLink`` raised on its own rank: rank 1 too got
   gloo's "Connection closed by peer", every error looked collateral, and the judge named whichever rank raised
   first, rank 0, 1 or 2 across 6 runs: it does not consult the fault's fired record.)
 """
@@ -28,14 +29,14 @@ from ddpfaults.toy.models import MLP, state_digest
 DELAY = 0.5
 
 
-def _peers_closed(rank: int) -> Check:
-    """Every rank but ``rank`` failed on gloo's "Connection closed by peer"."""
+def _peers_collateral(rank: int) -> Check:
+    """Every rank but ``rank`` raised one of gloo's peer-failure errors (what the judge calls collateral)."""
 
     def fn(result):
-        bad = [r.rank for r in result.ranks if r.rank != rank and "Connection closed by peer" not in (r.error or "")]
-        return f"ranks {bad} did not fail on a closed connection" if bad else None
+        bad = [f"rank {r.rank}: {r.error or r.state}" for r in result.ranks if r.rank != rank and not r.collateral]
+        return f"not collateral: {bad}" if bad else None
 
-    return Check(f"every rank but {rank} failed on a closed connection", fn)
+    return Check(f"every rank but {rank} failed on its peer's failure", fn)
 
 
 @ddpfaults.scenario(
@@ -55,12 +56,12 @@ def _peers_closed(rank: int) -> Check:
         ddpfaults.variant(
             "dropped_bucket",
             faults=[DroppedLink(rank=1, step=1, op="ddp_bucket")],
-            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_closed(1),)),
+            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_collateral(1),)),
         ),
         ddpfaults.variant(
             "dropped_allreduce",
             faults=[DroppedLink(rank=1, step=1, op="all_reduce")],
-            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_closed(1),)),
+            expect=ddpfaults.Expect("crashed", rank=1, error="LinkDropped", checks=(_peers_collateral(1),)),
         ),
     ],
 )
