@@ -12,7 +12,8 @@ Each one is proven by a fixed built-in scenario in a real gloo world:
   (torch's ``SyncBatchNorm`` refuses CPU), an empty rank joining with a count of 0 (scenario_sync_batchnorm).
 - :func:`on_rank0` — rank 0 alone does a step (makes the checkpoint directory, saves), every rank learns how it
   went: all return together or all raise its error together, never some waiting forever on a rank that raised.
-- :func:`any_rank` — agree whether any rank's condition holds (a NaN loss) before skipping a step (Lightning #12190);
+- :func:`any_rank` — agree whether any rank's condition holds (a NaN loss, a caught out-of-memory error) before
+  skipping a step (Lightning #12190, scenario_oom);
 - :func:`sync_metrics` — metrics logged with different keys on different ranks, reduced without a mismatch
   (Lightning #19106).
 """
@@ -229,8 +230,9 @@ def on_rank0(fn, *args, src: int = 0, group=None, **kwargs):
 def any_rank(flag: bool, *, group=None) -> bool:
     """True if ``flag`` is true on any rank (one all_reduce, MAX): every rank must call it at the same point.
 
-    Agree before skipping a step on one rank's condition (a NaN or zero loss, Lightning #12190): then all ranks
-    skip ``backward`` and ``optimizer.step`` together and no gradient all_reduce is left unmatched.
+    Agree before skipping a step on one rank's condition (a NaN or zero loss, Lightning #12190; an out-of-memory
+    error it caught): then all ranks skip ``backward`` and ``optimizer.step`` together and no gradient all_reduce
+    is left unmatched.
     """
     value = torch.tensor([int(bool(flag))], dtype=torch.int64)
     dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)

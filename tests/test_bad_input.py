@@ -24,7 +24,7 @@ import pytest
 import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.faults import EmptyBatch, RankCrash, RankKilled, SkippedCollective
+from ddpfaults.faults import DroppedLink, EmptyBatch, OutOfMemory, RankCrash, RankKilled, SkippedCollective, SlowLink
 from ddpfaults.report.document import write_document
 from pluginruns import isolate
 
@@ -652,6 +652,36 @@ ROWS = [
         "FaultError",
         ("RankKilled", "SIGCHLD"),
         lambda e: e.api(RankKilled, rank=1, step=1, signal=signal.SIGCHLD),
+    ),
+    Row(
+        "fault-slow-link-delay-not-positive",
+        "API",
+        "FaultError",
+        ("SlowLink: delay must be a positive finite number of seconds", "got 0"),
+        lambda e: e.api(SlowLink, rank=1, step=1, op="all_reduce", delay=0),
+    ),
+    Row(
+        "fault-link-op-unknown",
+        "API",
+        "FaultError",
+        ("DroppedLink: op must be None, 'ddp_bucket' or a torch.distributed collective", "'allreduce'"),
+        lambda e: e.api(DroppedLink, rank=1, step=1, op="allreduce"),
+    ),
+    Row(
+        "fault-out-of-memory-rank-beyond-world",
+        "API",
+        "FaultError",
+        ("OutOfMemory(rank=2, step=1): rank 2 does not exist in a world of 2 ranks",),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=[OutOfMemory(rank=2, step=1)]),
+    ),
+    Row(
+        "cli-faults-slow-link-delay",
+        "CLI",
+        "FaultError",
+        ("ddpfaults: error: FaultError: SlowLink: delay must be a positive finite number of seconds", "got -1"),
+        lambda e: e.cli(
+            "run", "touch.py:touch", "--world-size", "2", "--faults", "[SlowLink(rank=1, step=1, delay=-1)]"
+        ),
     ),
     Row(
         "fault-variant-single-fault",

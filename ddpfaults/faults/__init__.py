@@ -10,17 +10,20 @@ faults (``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``) act on the batches a
 ``DataLoader`` yields and ``DeviceMismatch`` on the construction of DDP, unless
 scenario code asks for them through ``ctx.fault(Kind)``; checkpoint faults
 (``TornCheckpointWrite``, ``WriterKilledMidSave``) intercept ``torch.save`` /
-``torch.load`` in the rank (armed when their step starts). So the code under test needs no change.
+``torch.load`` in the rank (armed when their step starts); ``OutOfMemory`` limits its rank's
+address space when its step starts; the link faults (``SlowLink``, ``DroppedLink``) act as their
+rank enters a collective (``before_collective``). So the code under test needs no change.
 Whenever a fault takes effect it is recorded as fired, and only then: a checkpoint fault fires when it tears
 or kills a save, ``UnevenInputs`` when it cuts a loader short. A plan is validated in one place,
 :func:`~ddpfaults.faults.base.check_plan` (a list of faults, no two in conflict on one rank and step) and
 :func:`check_faults` (against a world).
 
 This package holds the values only: :mod:`~ddpfaults.faults.base` (the base class and its
-validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data` and
-:mod:`~ddpfaults.faults.checkpoint` (the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does
-to a batch of any layout). The code that carries out a checkpoint fault
-inside a rank is :mod:`ddpfaults.rank.checkpoint`; importing this package imports neither it nor torch.
+validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data`,
+:mod:`~ddpfaults.faults.checkpoint`, :mod:`~ddpfaults.faults.memory` and :mod:`~ddpfaults.faults.link`
+(the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does to a batch of any layout). The code
+that carries out a checkpoint, memory or link fault inside a rank is :mod:`ddpfaults.rank.checkpoint`,
+:mod:`ddpfaults.rank.memory`, :mod:`ddpfaults.rank.links`; importing this package imports none of them nor torch.
 """
 
 from __future__ import annotations
@@ -30,18 +33,24 @@ from ddpfaults.faults.base import Fault, check_faults
 from ddpfaults.faults.batches import register_empty_batch, zero_instance_target
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
+from ddpfaults.faults.link import DroppedLink, LinkDropped, SlowLink
+from ddpfaults.faults.memory import OutOfMemory
 from ddpfaults.faults.step import RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
 
 __all__ = [
     "DeviceMismatch",
+    "DroppedLink",
     "EmptyBatch",
     "Fault",
     "FaultError",
+    "LinkDropped",
+    "OutOfMemory",
     "RankCrash",
     "RankKilled",
     "RankOnlyBarrier",
     "SchemaDrift",
     "SkippedCollective",
+    "SlowLink",
     "Straggler",
     "TornCheckpointWrite",
     "UnevenInputs",

@@ -125,6 +125,11 @@ class Fault:
         """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
         return False
 
+    def before_collective(self, ctx, op: str) -> str | None:
+        """Act as the rank enters collective ``op`` (called where the fault applies, unless a skip took it); return
+        what was done (recorded as fired), None for no effect. ``SlowLink``, ``DroppedLink``."""
+        return None
+
     # -- hooks called at torch's seams inside a rank (where the fault applies, unless claimed by ctx.fault) ----
     def on_batch(self, batch):
         """A batch a DataLoader yields, replaced by what this fault makes of it; None: no effect."""
@@ -208,7 +213,9 @@ def conflict(first: Fault, second: Fault) -> str | None:
       ``UnevenInputs`` of a rank, two ``SkippedCollective`` whose ops overlap (both claim the first matching
       collective), a ``RankOnlyBarrier`` and a ``SkippedCollective`` of ``op=None`` or ``"barrier"`` (the skip
       would swallow the lone barrier), two ``RankOnlyBarrier``, two checkpoint faults at one step (one save
-      handshake per step). Here a fault without ranks or steps shares every rank or step.
+      handshake per step), two ``OutOfMemory`` (one limit), two ``DroppedLink`` whose ops overlap, a
+      ``SlowLink`` or ``DroppedLink`` and a ``SkippedCollective`` whose ops overlap (the skip swallows the
+      collective). Here a fault without ranks or steps shares every rank or step.
 
     Everything else composes: faults on different ranks or steps; a fault of every rank (``rank=None``) or of
     every step with a crash on one rank or step (it still acts elsewhere); ``Straggler`` with anything but a

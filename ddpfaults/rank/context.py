@@ -19,7 +19,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import Fault
 from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
-from ddpfaults.rank import checkpoint
+from ddpfaults.rank import checkpoint, memory
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
 TRACED_STORE_WAITS = ("wait", "get")
@@ -122,6 +122,7 @@ class RankContext:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
         self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step")
+        memory.restore()  # an OutOfMemory limit lasts until the rank's next step
         active = self._active()
         for fault in active:
             fault.arm(self)
@@ -208,6 +209,7 @@ class RankContext:
         skipped = skipped_bucket(self, bucket)
         if skipped is not None:
             return skipped
+        entering(self, DDP_BUCKET)
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
@@ -238,6 +240,14 @@ def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
     return None
 
 
+def entering(ctx: RankContext, op: str) -> None:
+    """The rank enters collective ``op`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that act there."""
+    for fault in ctx._active():
+        done = fault.before_collective(ctx, op)
+        if done is not None:
+            ctx.record_fired(fault, done)
+
+
 def current() -> RankContext | None:
     """The context of the job running in this rank process (None outside a job, and in the launcher)."""
     return _current
@@ -258,6 +268,7 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
             if fault.skips_collective(ctx, op):
                 ctx.record_fired(fault, f"skipped {op}")
                 return None
+        entering(ctx, op)
     seq = ctx._enter(op, shapes, call_site(), note=note)
     _local.inside = True
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context
+from ddpfaults.rank import context, memory
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -83,6 +83,7 @@ def run_job(
                 f"which cannot be pickled back to the launcher ({error_text(exc)})"
             ) from None
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported, not propagated
+        memory.restore()  # an OutOfMemory limit must not stop the report
         if not still_reporting():
             return result
         result.update(error=error_text(exc), traceback=traceback.format_exc(), site=error_site(exc))
@@ -91,6 +92,7 @@ def run_job(
         sys.stderr.write(result["traceback"])
         sys.stderr.flush()
         return result
+    memory.restore()
     context.activate(None)
     left = leftovers()
     publish(result)

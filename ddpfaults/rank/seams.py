@@ -139,4 +139,6 @@ def _bucket_hook(state, bucket):
     DDP's process group)."""
     ctx, process_group = state
     skipped = context.skipped_bucket(ctx, bucket)
+    if skipped is None:
+        context.entering(ctx, context.DDP_BUCKET)
     return skipped if skipped is not None else default_hooks.allreduce_hook(process_group, bucket)

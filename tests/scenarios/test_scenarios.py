@@ -47,6 +47,9 @@ FIRED = {
     "sync_batchnorm[fixed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
     "bad_loss[naive_skip]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
     "metrics[naive_crossed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "oom[fixed]": ["OutOfMemory(rank=1, step=1) fired on rank 1 at step 1 (limited the address space to"],
+    "link[slow_bucket]": ["fired on rank 1 at step 1 (held ddp_bucket back 0.5 s)"],
+    "link[dropped_allreduce]": ["fired on rank 1 at step 1 (shut down its 2 gloo connection(s) entering all_reduce)"],
 }
 
 
@@ -60,7 +63,9 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_device.py",
         "scenario_empty_batch.py",
         "scenario_grad_accumulation.py",
+        "scenario_link.py",
         "scenario_metrics.py",
+        "scenario_oom.py",
         "scenario_partial_fake_target.py",
         "scenario_rank0_only.py",
         "scenario_rank_crash.py",

@@ -1,0 +1,39 @@
+"""``OutOfMemory``: one rank runs out of memory at a step (a batch too large for its host, a leak reaching the
+limit). Carried out by :mod:`ddpfaults.rank.memory`."""
+
+from __future__ import annotations
+
+from ddpfaults.faults.base import Fault, _require_rank, _require_step
+
+#: how far above the rank's address space at the step's start its limit is set: allocations up to about this
+#: much still succeed (gloo's and Python's small ones), one beyond it fails
+MARGIN = 32 * 2**20
+
+
+class OutOfMemory(Fault):
+    """``rank`` runs out of memory when ``step`` starts: its address space is limited (``RLIMIT_AS``) to what it
+    uses plus 32 MiB (:data:`MARGIN`) until its next step starts, so its next larger allocation fails as on a host
+    out of memory (torch: ``RuntimeError`` "DefaultCPUAllocator: can't allocate memory"; numpy: ``MemoryError``).
+
+    It fires when the limit is in force (an allocation of twice the margin is seen to fail under it). Where the
+    limit cannot be set, the rank raises ``MemoryError("injected out of memory ...")`` at the step instead.
+    """
+
+    def __init__(self, *, rank, step):
+        super().__init__(rank=rank, step=step)
+        _require_rank(self)
+        _require_step(self)
+
+    def arm(self, ctx) -> None:
+        """Limit the rank's address space (lifted when its next step starts, or its job ends)."""
+        from ddpfaults.rank import memory
+
+        done = memory.limit(MARGIN)
+        if done is None:
+            ctx.record_fired(self, "raised MemoryError: the address space could not be limited")
+            raise MemoryError("injected out of memory (the address space could not be limited)")
+        ctx.record_fired(self, done)
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two OutOfMemory of one rank and step set one limit."""
+        return "limit the address space" if isinstance(other, OutOfMemory) else None
