@@ -123,7 +123,18 @@ def _signature(result):
     return result.outcome, result.root_rank, divergence
 
 
-@pytest.mark.parametrize("case", FUNCTION_CASES, ids=[c.id for c in FUNCTION_CASES])
+#: cases whose evidence is a race in both modes, so the two runs need not agree: the divergent collective is DDP's
+#: forward buffer broadcast, which only the flight recorder sees, and whether a rank's dump was taken before gloo
+#: aborted it (SIGABRT) depends on timing (measured: a plain run named the divergence once in 9, a traced run 0 in
+#: 4); the case itself asserts only the crash and gloo's size error, no rank
+RACY_EVIDENCE = {"rank0_only[naive_ddp_forward]"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in FUNCTION_CASES if c.id not in RACY_EVIDENCE],
+    ids=[c.id for c in FUNCTION_CASES if c.id not in RACY_EVIDENCE],
+)
 def test_plain_ddp_is_judged_as_ctx_ddp(case, monkeypatch):
     """With plain DistributedDataParallel (DDPFAULTS_TRACE_DDP=0: ctx.ddp installs no tracing hook), the case has the
     same verdict, root-cause rank and first divergent collective as with the tracing hook (its run above)."""
