@@ -2,9 +2,12 @@
 
 A warm world keeps its rank processes up with the process group initialised; the next
 ``run_world`` of the same world size, backend, start method and thread count sends its job
-to them instead of starting new processes. Only a world whose last run completed with no
-fault, and whose ranks all reported no leftover state (see ``rank.leftover_state``), goes
-back into the pool; anything else is killed. The pool is per launcher process (so per
+to them instead of starting new processes, if its plan is :func:`data_only` (no fault, or only
+faults that change the data a rank sees: ``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``).
+Only a world whose last run completed under such a plan, whose ranks all reported no leftover
+state (see ``rank.leftover_state``) and, under a faulted plan, :func:`settled`, goes back into
+the pool; anything else is killed. A plan with any other fault starts a world of its own (the
+pooled one stays pooled) and never gives it back. The pool is per launcher process (so per
 pytest-xdist worker) and is closed at exit.
 """
 
@@ -192,6 +195,22 @@ class _ProbePopen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
+
+
+def data_only(faults) -> bool:
+    """True if every fault of the plan (none: True) only changes the data its ranks see: its class declares
+    ``data_only = True`` itself (:attr:`~ddpfaults.faults.Fault.data_only`; a subclass inheriting it is not)."""
+    return all(vars(type(fault)).get("data_only", False) is True for fault in faults)
+
+
+def settled(result) -> bool:
+    """True if every rank finished its function and left torch's flight recorder a complete record of this job:
+    every collective it made completed, and no collective is out of step between the ranks (a world whose
+    process group still holds unmatched work would hand it to the next job)."""
+    return result.divergence is None and all(
+        r.state == "finished" and r.recorder == "flight recorder" and all(c.done for c in r.collectives)
+        for r in result.ranks
+    )
 
 
 _POOL: dict[tuple, RankSet] = {}
