@@ -5,8 +5,8 @@ A warm world keeps its rank processes up with the process group initialised; the
 to them instead of starting new processes, if its plan is :func:`data_only` (no fault, or only
 faults that change the data a rank sees: ``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``).
 Only a world whose last run completed under such a plan, whose ranks all reported no leftover
-state (see ``rank.leftover_state``) and, under a faulted plan, :func:`settled`, goes back into
-the pool; anything else is killed. A plan with any other fault starts a world of its own (the
+state (see ``rank.leftover_state``) and that :func:`settled` (no collective left unmatched) goes
+back into the pool; anything else is killed. A plan with any other fault starts a world of its own (the
 pooled one stays pooled) and never gives it back. The pool is per launcher process (so per
 pytest-xdist worker) and is closed at exit.
 """
@@ -204,12 +204,20 @@ def data_only(faults) -> bool:
 
 
 def settled(result) -> bool:
-    """True if every rank finished its function and left torch's flight recorder a complete record of this job:
-    every collective it made completed, and no collective is out of step between the ranks (a world whose
-    process group still holds unmatched work would hand it to the next job)."""
-    return result.divergence is None and all(
-        r.state == "finished" and r.recorder == "flight recorder" and all(c.done for c in r.collectives)
-        for r in result.ranks
+    """True if the world completed, every rank finished its function, and no collective of this job is left
+    unmatched, as torch's flight recorder saw them (every rank's record read; or no collective at all): the ranks
+    made the same collectives in the same order (no divergence) and as many sends as receives. A process group
+    holding unmatched work would hand it to the next job (measured: an async all_reduce left unwaited on one rank
+    hung the next fault-free job on that world). Not "every entry completed": a rank dumps its record as its
+    function returns, and gloo may retire the last collective's entry a moment later (1 job in 12, measured)."""
+    ranks = result.ranks
+    ops = [c.op for r in ranks for c in r.collectives]
+    return (
+        result.outcome == "completed"
+        and result.divergence is None
+        and ({r.recorder for r in ranks} == {"flight recorder"} or not ops)
+        and all(r.state == "finished" for r in ranks)
+        and sum(op in ("send", "isend") for op in ops) == sum(op in ("recv", "irecv") for op in ops)
     )
 
 
