@@ -28,6 +28,7 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import set_spawning_popen
 
 from ddpfaults.engine import census
+from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
@@ -205,19 +206,22 @@ def data_only(faults) -> bool:
 
 def settled(result) -> bool:
     """True if the world completed, every rank finished its function, and no collective of this job is left
-    unmatched, as torch's flight recorder saw them (every rank's record read; or no collective at all): the ranks
-    made the same collectives in the same order (no divergence) and as many sends as receives. A process group
-    holding unmatched work would hand it to the next job (measured: an async all_reduce left unwaited on one rank
-    hung the next fault-free job on that world). Not "every entry completed": a rank dumps its record as its
-    function returns, and gloo may retire the last collective's entry a moment later (1 job in 12, measured)."""
+    unmatched, as torch's flight recorder saw them (every rank's record read; or no collective at all): every rank
+    made the same collectives in the same order, and as many sends as receives were made. Where and at which step
+    each rank made them may differ (a rank cut short by ``UnevenInputs`` makes its last all_reduce steps earlier).
+    A process group holding unmatched work would hand it to the next job (measured: an async all_reduce left
+    unwaited on one rank hung the next fault-free job on that world). Not "every entry completed": a rank dumps its
+    record as its function returns, and gloo may retire the last entry a moment later (1 job in 12, measured)."""
     ranks = result.ranks
-    ops = [c.op for r in ranks for c in r.collectives]
+    ops = [[c.op for c in r.collectives] for r in ranks]
+    every = [op for rank_ops in ops for op in rank_ops]
+    collectives = {tuple(op for op in rank_ops if op not in POINT_TO_POINT) for rank_ops in ops}
     return (
         result.outcome == "completed"
-        and result.divergence is None
-        and ({r.recorder for r in ranks} == {"flight recorder"} or not ops)
         and all(r.state == "finished" for r in ranks)
-        and sum(op in ("send", "isend") for op in ops) == sum(op in ("recv", "irecv") for op in ops)
+        and ({r.recorder for r in ranks} == {"flight recorder"} or not every)
+        and len(collectives) <= 1
+        and sum(op in ("send", "isend") for op in every) == sum(op in ("recv", "irecv") for op in every)
     )
 
 
