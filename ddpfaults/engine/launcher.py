@@ -259,10 +259,9 @@ class LocalWorld(loop.Observer):
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
 
     def _reusable(self, result: WorldResult) -> bool:
-        """Pool again a :func:`~pool.settled` world of a fault-free or data-only plan, its ranks up and clean."""
+        """Pool again a world :func:`~pool.keep` allows (a data-only plan, settled), its ranks up and clean."""
         return (
-            pool.data_only(self.faults)
-            and pool.settled(result)
+            pool.keep(self.ranks, self.faults, result)
             and self.ranks.warm
             and len(self.ranks.live()) == self.spec.world_size
             and all(w.leftovers == [] for w in self.watches)

@@ -279,3 +279,13 @@ def test_warm_ranks_die_with_the_launcher_at_exit(tmp_path):
     assert run.returncode == 0, run.stderr
     pids = [int(p) for p in run.stdout.split()]
     assert len(pids) == 3 and alive(pids) == []
+
+
+def test_a_warm_world_is_retired_once_its_flight_record_passes_the_limit(monkeypatch):
+    """Every job's collectives stay in the ranks' flight records (dumped and read after each job): a world that
+    holds more than RECORD_LIMIT of them is killed, and the next run starts a fresh one."""
+    monkeypatch.setattr(pool, "RECORD_LIMIT", 10)  # all_reduce_steps makes 4 collectives a job
+    runs = [run_world(rankfns.all_reduce_steps, world_size=2) for _ in range(4)]
+    assert [(r.warm, r.reused) for r in runs] == [(False, True), (True, True), (True, False), (False, True)]
+    assert _pids(runs[1]) == _pids(runs[0]) and alive(_pids(runs[0])) == []
+    assert set(_pids(runs[3])).isdisjoint(_pids(runs[0])) and runs[3].values == runs[0].values == [16.0, 16.0]
