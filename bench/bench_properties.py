@@ -1,12 +1,18 @@
 """Property benchmark: examples per second of property 1 (tests/scenarios/test_properties.py) on 4-rank worlds.
 
-Run:  python bench/bench_properties.py [--examples 30] [--repeat 5] [--mutant skip-criterion|no-joint-skip]
+Run:  python bench/bench_properties.py [--examples 30] [--repeat 5] [--launcher-threads N]
+                                       [--mutant skip-criterion|no-joint-skip]
 
 Runs the real property test (the fixed empty-batch strategy against its oracle) through Hypothesis with
-``--examples`` generated examples (plus the test's explicit ones), derandomised, and prints examples/s
-with the time split into the faulted world, the oracle world and the rest. The baseline, measured in
-the same run: one world of the same trainer with a fault-free plan (warm, as a fault-free world is
-pooled) and with a one-fault plan (cold: a faulted world never reuses a pooled one).
+``--examples`` generated examples (plus the test's explicit ones), derandomised, twice in the same run:
+old-style, every faulted world cold (``reuse=False`` for a plan with faults: one cold 4-rank world per
+example, as before data-only plans could run on a pooled world), then as it runs now (a data-only plan
+takes the pooled world and gives it back). Each prints examples/s with the time per example split into
+the faulted world, the oracle world, the single-process oracle and the rest (Hypothesis, the test's own
+code). The world baseline, measured in the same run: one world of the same trainer with a fault-free
+plan, with a one-fault plan on a warm world, and with a one-fault plan on a cold one. The load average
+is printed with the figures: the machine is shared. ``--launcher-threads`` sets torch's threads in this
+process (the single-process oracle runs here, beside four ranks on the machine's cores).
 
 ``--mutant`` plants a bug in a *copy* of the fixed strategy (the scenario module is not touched),
 runs the property on it and prints the shrunk counterexample Hypothesis reports:
@@ -86,41 +92,84 @@ def _mutant(name: str):
     return module.empty_batch
 
 
-def _timed_worlds(test_module, log: list):
-    """Wrap the test module's run_world so every world's wall time is logged as (function name, seconds)."""
-    original = test_module.run_world
+def _timed_worlds(test_module, log: list, cold: dict):
+    """Wrap the test module's run_world and single-process oracle so every call's wall time is logged as
+    (name, seconds); while ``cold["faulted"]`` is set, a world with faults runs cold (``reuse=False``)."""
+    original, oracle = test_module.run_world, test_module.single_process_training
 
     def timed(fn, **kwargs):
+        if cold["faulted"] and kwargs.get("faults"):
+            kwargs = {**kwargs, "reuse": False}
         t0 = time.perf_counter()
         try:
             return original(fn, **kwargs)
         finally:
             log.append((fn.__name__, time.perf_counter() - t0))
 
-    test_module.run_world = timed
+    def timed_oracle(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return oracle(*args, **kwargs)
+        finally:
+            log.append(("single_process_training", time.perf_counter() - t0))
+
+    test_module.run_world, test_module.single_process_training = timed, timed_oracle
 
 
-def baseline(repeat: int) -> tuple[float, float]:
-    """Median wall time of the fixed trainer's world: fault-free plan (warm), one empty batch (cold)."""
+def baseline(repeat: int) -> tuple[float, float, float]:
+    """Median wall time of the fixed trainer's world: fault-free plan (warm), one empty batch on a warm world
+    (a data-only plan), one empty batch on a cold one."""
     from ddpfaults import run_world
     from ddpfaults.faults import EmptyBatch
     from scenario_empty_batch import empty_batch
 
     run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"})  # start the fork server, pool a world
-    warm, cold = [], []
+    times: dict = {"warm": [], "faulted warm": [], "cold": []}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"})
-        warm.append(time.perf_counter() - t0)
-        assert result.outcome == "completed" and result.warm, result.report()
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = run_world(
-            empty_batch, world_size=4, kwargs={"strategy": "fixed"}, reuse=False, faults=[EmptyBatch(rank=1, step=1)]
-        )
-        cold.append(time.perf_counter() - t0)
-        assert result.outcome == "completed", result.report()
-    return statistics.median(warm), statistics.median(cold)
+        for name, extra in (("warm", {}), ("faulted warm", {}), ("cold", {"reuse": False})):
+            faults = [] if name == "warm" else [EmptyBatch(rank=1, step=1)]
+            t0 = time.perf_counter()
+            result = run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"}, faults=faults, **extra)
+            times[name].append(time.perf_counter() - t0)
+            assert result.outcome == "completed" and result.warm == (name != "cold"), result.report()
+    return tuple(statistics.median(times[name]) for name in ("warm", "faulted warm", "cold"))
+
+
+def _load() -> str:
+    """The machine's load average (1, 5, 15 minutes), as uptime prints it."""
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_property(property_test, worlds: list) -> tuple[float, Exception | None]:
+    """Run the property once; its wall time and its failure (None if it held)."""
+    worlds.clear()
+    t0 = time.perf_counter()
+    try:
+        property_test()
+        failure = None
+    except Exception as exc:  # a failing property: the mutant was caught
+        failure = exc
+    return time.perf_counter() - t0, failure
+
+
+def _faulted(worlds: list) -> int:
+    """How many faulted worlds (one per example) ran."""
+    return len([n for n, _ in worlds if n not in ("reference_training", "single_process_training")])
+
+
+def split(label: str, wall: float, worlds: list) -> str:
+    """``label: N examples in S s = R examples/s (per example: faulted world, oracle world, ...)``."""
+    faulted = [t for name, t in worlds if name not in ("reference_training", "single_process_training")]
+    oracle = [t for name, t in worlds if name == "reference_training"]
+    single = [t for name, t in worlds if name == "single_process_training"]
+    examples = len(faulted)
+    rest = wall - sum(faulted) - sum(oracle) - sum(single)
+    return (
+        f"{label}: {examples} examples in {wall:.2f} s = {examples / wall:.2f} examples/s "
+        f"({wall / examples * 1000:.0f} ms each: faulted world {sum(faulted) / examples * 1000:.0f} ms, "
+        f"oracle world {sum(oracle) / examples * 1000:.0f} ms ({len(oracle)} run), single-process oracle "
+        f"{sum(single) / examples * 1000:.0f} ms, Hypothesis and the test {rest / examples * 1000:.0f} ms)"
+    )
 
 
 def main() -> int:
@@ -128,50 +177,55 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=30, help="generated examples (explicit ones run too)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each baseline world")
+    parser.add_argument("--launcher-threads", type=int, help="torch threads in this process (default: torch's)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="plant a bug and show the shrunk counterexample")
     args = parser.parse_args()
     _load_profile(args.examples, bool(args.mutant))
     import test_properties
+    import torch
 
+    if args.launcher_threads:
+        torch.set_num_threads(args.launcher_threads)
     worlds: list = []
-    _timed_worlds(test_properties, worlds)
+    cold = {"faulted": False}
+    _timed_worlds(test_properties, worlds, cold)
+    property_test = test_properties.test_fixed_empty_batch_completes_bit_equal_to_the_oracle
     if args.mutant:
         test_properties.FIXED_EMPTY_BATCH = (_mutant(args.mutant), {"strategy": "fixed"})
-    else:
-        warm, cold = baseline(args.repeat)
-        print(
-            f"baseline (median of {args.repeat}): fault-free plan {warm * 1000:.0f} ms (warm world), "
-            f"one-fault plan {cold * 1000:.0f} ms (cold world) = {1 / cold:.1f} worlds/s"
-        )
-
-    property_test = test_properties.test_fixed_empty_batch_completes_bit_equal_to_the_oracle
-    t0 = time.perf_counter()
-    try:
-        property_test()
-        failure = None
-    except Exception as exc:  # a failing property: the mutant was caught
-        failure = exc
-    wall = time.perf_counter() - t0
-    faulted = [t for name, t in worlds if name != "reference_training"]
-    oracle = [t for name, t in worlds if name == "reference_training"]
-    examples = len(faulted)
-    if failure is None:
-        rest = wall - sum(faulted) - sum(oracle)
-        print(
-            f"property 1: {examples} examples in {wall:.2f} s = {examples / wall:.2f} examples/s "
-            f"({wall / examples * 1000:.0f} ms each: faulted world {statistics.mean(faulted) * 1000:.0f} ms, "
-            f"oracle world {statistics.mean(oracle) * 1000:.0f} ms, single-process oracle + Hypothesis "
-            f"{rest / examples * 1000:.0f} ms)"
-        )
-        if args.mutant:
+        wall, failure = run_property(property_test, worlds)
+        if failure is None:
+            print(split("property 1", wall, worlds))
             print(f"the mutant {args.mutant} was NOT caught")
             return 1
+        print(
+            f"mutant {args.mutant}: property 1 failed after {_faulted(worlds)} faulted worlds "
+            f"({wall:.1f} s, shrinking included)"
+        )
+        for line in getattr(failure, "__notes__", []):
+            print(line)
+        print(f"{type(failure).__name__}: {failure}")
         return 0
-    print(f"mutant {args.mutant}: property 1 failed after {examples} faulted worlds ({wall:.1f} s, shrinking included)")
-    for line in getattr(failure, "__notes__", []):
-        print(line)
-    print(f"{type(failure).__name__}: {failure}")
-    return 0 if args.mutant else 1
+
+    print(f"{_load()}; torch threads in the launcher: {torch.get_num_threads()}")
+    warm, faulted_warm, cold_world = baseline(args.repeat)
+    print(
+        f"baseline (median of {args.repeat}): fault-free plan {warm * 1000:.0f} ms (warm world), one-fault plan "
+        f"{faulted_warm * 1000:.0f} ms on a warm world (data-only), {cold_world * 1000:.0f} ms on a cold one "
+        f"= {1 / cold_world:.1f} cold worlds/s"
+    )
+    rates = {}
+    for label, faulted_cold in (("old-style, faulted worlds cold", True), ("now, data-only plans warm", False)):
+        test_properties._ORACLES.clear()  # both runs compute every oracle
+        cold["faulted"] = faulted_cold
+        wall, failure = run_property(property_test, worlds)
+        if failure is not None:
+            print(f"{label}: property 1 FAILED: {type(failure).__name__}: {failure}")
+            return 1
+        rates[label] = _faulted(worlds) / wall
+        print(split(label, wall, worlds))
+    old, new = rates.values()
+    print(f"speed-up {new / old:.1f}x; {_load()}")
+    return 0
 
 
 if __name__ == "__main__":

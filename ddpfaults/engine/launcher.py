@@ -56,10 +56,9 @@ def run_world(
     torch, the ranks starting and joining the process group), within ``timeout``: a rendezvous still in progress
     is never judged by the stall rule. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
     "Connection closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
-    ``reuse`` runs on a warm world of the same shape if one is pooled, and pools this one if it stays healthy
-    (default: on, unless the environment sets ``DDPFAULTS_REUSE=0``). ``flight_recorder_dir``: a folder to
-    receive every rank's flight-recorder dump (``rank_0``, ``rank_1``... as torch's
-    ``python -m torch.distributed.flight_recorder.fr_trace DIR`` reads them).
+    ``reuse`` (default: on; ``DDPFAULTS_REUSE=0`` in the environment: off) runs a fault-free or data-only plan on a
+    pooled warm world of its shape and pools this one if it stays healthy. ``flight_recorder_dir``: a folder for every
+    rank's flight-recorder dump (``rank_0``, ``rank_1``...: the layout ``torch.distributed.flight_recorder`` reads).
 
     ``faults`` is a list of faults, validated (and refused with a :class:`~ddpfaults.errors.FaultError`) before
     any rank starts. A fault that never fires although a rank it targets finished its function normally raises
@@ -83,6 +82,8 @@ def run_world(
         reuse=reuse,
     )
     faults = check_faults(faults, spec.world_size)
+    if spec.reuse and pool.pooled(pool.world_key(spec)) and not pool.data_only(faults):
+        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     fn_module = getattr(fn, "__module__", "__main__")
     work = Work(
@@ -222,7 +223,7 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse else None
+        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and pool.data_only(self.faults) else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(
@@ -258,10 +259,9 @@ class LocalWorld(loop.Observer):
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
 
     def _reusable(self, result: WorldResult) -> bool:
-        """Only a clean, fault-free, completed world whose every rank still takes jobs goes back to the pool."""
+        """Pool again a world :func:`~pool.keep` allows (a data-only plan, settled), its ranks up and clean."""
         return (
-            result.outcome == "completed"
-            and not self.faults
+            pool.keep(self.ranks, self.faults, result)
             and self.ranks.warm
             and len(self.ranks.live()) == self.spec.world_size
             and all(w.leftovers == [] for w in self.watches)

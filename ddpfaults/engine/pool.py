@@ -2,9 +2,12 @@
 
 A warm world keeps its rank processes up with the process group initialised; the next
 ``run_world`` of the same world size, backend, start method and thread count sends its job
-to them instead of starting new processes. Only a world whose last run completed with no
-fault, and whose ranks all reported no leftover state (see ``rank.leftover_state``), goes
-back into the pool; anything else is killed. The pool is per launcher process (so per
+to them instead of starting new processes, if its plan is :func:`data_only` (no fault, or only
+faults that change the data a rank sees: ``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``).
+Only a world whose last run completed under such a plan, whose ranks all reported no leftover
+state (see ``rank.leftover_state``) and that :func:`settled` (no collective left unmatched) goes
+back into the pool; anything else is killed. A plan with any other fault starts a world of its own (the
+pooled one stays pooled) and never gives it back. The pool is per launcher process (so per
 pytest-xdist worker) and is closed at exit.
 """
 
@@ -25,10 +28,17 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import set_spawning_popen
 
 from ddpfaults.engine import census
+from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
+#: collectives a warm world's flight record may hold before the world is retired (killed, not pooled): each rank
+#: dumps its whole record (torch's ring buffer: every job's collectives) after each job and the judge reads it, so
+#: runs get slower as it fills. Measured (empty-batch trainer, 4 ranks, 14 collectives a job, load 3.5): 106 ms a
+#: run after 25 jobs, 196 ms after 100, 403 ms after 200; flat at about 105 ms with the buffer capped at 60 entries.
+#: A cold start costs about 250 ms, so a world is retired after some 256 collectives (18 such jobs).
+RECORD_LIMIT = 256
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
 #: dump import torch._dynamo: ~1 s of CPU per rank otherwise); the first sets the fork server up to keep, and at
@@ -59,6 +69,7 @@ class RankSet:
         self.procs: list = []
         self.conns: list = []
         self.runs = 0
+        self.recorded = 0  # collectives in the ranks' flight records so far (the most any rank made)
         self.closed = False
 
     def start(self, job: Job, hide_main: bool, deadline: float) -> None:
@@ -192,6 +203,40 @@ class _ProbePopen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
+
+
+def data_only(faults) -> bool:
+    """True if every fault of the plan (none: True) only changes the data its ranks see: its class declares
+    ``data_only = True`` itself (:attr:`~ddpfaults.faults.Fault.data_only`; a subclass inheriting it is not)."""
+    return all(vars(type(fault)).get("data_only", False) is True for fault in faults)
+
+
+def keep(ranks: RankSet, faults, result) -> bool:
+    """True if ``ranks`` may go back to the pool after ``result`` under ``faults``: a :func:`data_only` plan, a
+    world that :func:`settled`, and a flight record not past :data:`RECORD_LIMIT` (counting this job)."""
+    ranks.recorded += max((len(r.collectives) for r in result.ranks), default=0)
+    return data_only(faults) and settled(result) and ranks.recorded <= RECORD_LIMIT
+
+
+def settled(result) -> bool:
+    """True if the world completed, every rank finished its function, and no collective of this job is left
+    unmatched, as torch's flight recorder saw them (every rank's record read; or no collective at all): every rank
+    made the same collectives in the same order, and as many sends as receives were made. Where and at which step
+    each rank made them may differ (a rank cut short by ``UnevenInputs`` makes its last all_reduce steps earlier).
+    A process group holding unmatched work would hand it to the next job (measured: an async all_reduce left
+    unwaited on one rank hung the next fault-free job on that world). Not "every entry completed": a rank dumps its
+    record as its function returns, and gloo may retire the last entry a moment later (1 job in 12, measured)."""
+    ranks = result.ranks
+    ops = [[c.op for c in r.collectives] for r in ranks]
+    every = [op for rank_ops in ops for op in rank_ops]
+    collectives = {tuple(op for op in rank_ops if op not in POINT_TO_POINT) for rank_ops in ops}
+    return (
+        result.outcome == "completed"
+        and all(r.state == "finished" for r in ranks)
+        and ({r.recorder for r in ranks} == {"flight recorder"} or not every)
+        and len(collectives) <= 1
+        and sum(op in ("send", "isend") for op in every) == sum(op in ("recv", "irecv") for op in every)
+    )
 
 
 _POOL: dict[tuple, RankSet] = {}

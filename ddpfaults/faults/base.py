@@ -73,6 +73,11 @@ class Fault:
     #: True for a fault that ends its rank when a step it names starts (``RankCrash``, ``RankKilled``): no other
     #: fault can act on that rank at that step (see :func:`conflict`)
     ends_rank = False
+    #: True for a fault that only changes the data a rank sees (which batches, what is in them) and leaves nothing
+    #: behind in the rank process once its job ends: a world that completed cleanly under a plan of such faults
+    #: goes back to the pool like a fault-free one (see ``ddpfaults.engine.launcher.data_only``). Each class
+    #: declares it itself: a subclass that does not is not data-only (it may add an effect of its own).
+    data_only = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -22,6 +22,8 @@ class EmptyBatch(Fault):
     is set, pass its batch targets through ``f.apply(targets)``.
     """
 
+    data_only = True  # new tensors for the batch, nothing patched or kept
+
     def __init__(self, *, rank, step):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
@@ -48,6 +50,8 @@ class SchemaDrift(Fault):
     toy data has ``segment_mask``); ``require(targets)`` is the consumer that reads it and raises
     ``KeyError: key`` for a target without it, as the matcher does. Every rank by default.
     """
+
+    data_only = True  # a rebuilt batch without the key, nothing patched or kept
 
     def __init__(self, *, key: str, rank=None, step=None):
         super().__init__(rank=rank, step=step)
@@ -88,6 +92,8 @@ class DeviceMismatch(Fault):
     in report 004): a naive wrap turns it into ``device_ids=[rank]``. Every rank by default.
     """
 
+    data_only = False  # it changes how DDP is built (devices, its checks), not data
+
     def __init__(self, *, device_type: str = "xla", rank=None, step=None):
         super().__init__(rank=rank, step=step)
         if not isinstance(device_type, str) or not device_type.isidentifier() or device_type == "cpu":
@@ -125,6 +131,8 @@ class UnevenInputs(Fault):
     iterates ``f.limit(loader)``. ``batches=0``: the rank never enters the training loop. At the DataLoader
     seam it fires only when it cuts an iterator short (one with at most ``batches`` batches is left alone).
     """
+
+    data_only = True  # a DataLoader iterator cut short (workers it leaves running are leftover state)
 
     def __init__(self, *, rank, batches: int):
         super().__init__(rank=rank)
