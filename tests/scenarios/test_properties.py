@@ -1,6 +1,7 @@
 """Properties over randomised fault plans (ddpfaults.strategies), each example a real 4-rank gloo world.
 
-Every example with a fault is a cold world (faulted worlds are never pooled). Profiles live in the
+An example whose plan holds only data faults (empty batches) runs on a warm world when one is pooled (a
+clean data-only world is pooled again); any other fault starts a cold world. Profiles live in the
 top-level conftest.py: ``ci`` (default: bounded, derandomised, no deadline) and ``deep``
 (``HYPOTHESIS_PROFILE=deep python -m pytest tests/scenarios/test_properties.py``). A failing property notes the
 shrunk plan, the world seed, a command replaying that one world, the pytest command rerunning the

@@ -68,14 +68,19 @@ def written_pids(directory, world_size, kind="escapee"):
 
 def make_scratch_dir(ctx, directory, kill=False):
     """Make a directory with ``tempfile.mkdtemp`` and leave it there, writing its path to ``directory/scratch{rank}``;
-    with ``kill``, rank 1 then dies by SIGKILL (nothing of its own clean-up runs)."""
+    with ``kill``, rank 1 then dies by SIGKILL (nothing of its own clean-up runs), once rank 0 has made its own
+    (else rank 0 may meet the dead peer first, at a collective that starts its job on a warm world)."""
     import signal
     import tempfile
+    import time
 
     scratch = tempfile.mkdtemp(prefix="scratch-")
     _write(os.path.join(directory, f"scratch{ctx.rank}"), scratch)
     ctx.step(0)
     if kill and ctx.rank == 1:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(directory, "scratch0")) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(1))
     return scratch
