@@ -17,14 +17,12 @@ all_reduce for logging each step. Measured on gloo (what the variants assert):
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import ddpfaults
 from _checks import SAFE_STALL
 from ddpfaults import Check
 from ddpfaults.faults import DroppedLink, SlowLink
-from ddpfaults.toy.data import make_regression
-from ddpfaults.toy.models import MLP, state_digest
+from ddpfaults.toy.models import MLP, regression_step, state_digest
 
 DELAY = 0.5
 
@@ -71,12 +69,6 @@ def link(ctx, steps=3):
     ddp = ctx.ddp(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for step in range(steps):
-        ctx.step(step)
-        x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
-        loss = F.mse_loss(ddp(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        logged = loss.detach().clone()
+        logged = regression_step(ctx, ddp, optimizer, step).clone()
         dist.all_reduce(logged)
     return state_digest(model)

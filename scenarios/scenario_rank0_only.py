@@ -29,7 +29,7 @@ from torch import nn
 import ddpfaults
 from _checks import HANG_STALL, SAFE_STALL
 from ddpfaults.toy.data import make_regression
-from ddpfaults.toy.models import state_digest
+from ddpfaults.toy.models import regression_step, state_digest
 
 HELD_OUT = 1000  # held-out batches are drawn at step HELD_OUT + step: never a training batch
 
@@ -103,12 +103,7 @@ def rank0_only(ctx, how, evaluator=0, steps=3):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     metric = None
     for step in range(steps):
-        ctx.step(step)
-        x, y = make_regression(seed=ctx.seed, rank=ctx.rank, step=step)
-        loss = F.mse_loss(ddp(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        regression_step(ctx, ddp, optimizer, step)
         if evaluator is None or ctx.rank == evaluator:
             metric = _evaluate(ctx, ddp, step, how)
     parameters = dict(model.named_parameters())  # BatchNorm's buffers stay per rank until DDP's next forward
