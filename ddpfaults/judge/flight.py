@@ -72,21 +72,34 @@ def _completed(entry: dict, last_completed: int) -> bool:
     return bool(entry.get("retired")) and bool(finished)
 
 
-def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float, int]]) -> list[Collective]:
+def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float]) -> int | None:
+    """The step the rank was in when it made ``entry``: by the default group's sequence number where its step
+    events carry one (exact), else by time. The recorder stamps entries with torch's approximate clock, which can
+    place a collective made just after a step event before it (seen: rank 0's step-1 all_reduce read as step 0)."""
+    seq = entry.get("collective_seq_id")
+    group = entry.get("process_group") or ("0", "default_pg")
+    if seq is not None and str(group[0]) == "0" and steps and all(len(s) > 2 and s[2] is not None for s in steps):
+        at = bisect.bisect_left([s[2] for s in steps], int(seq)) - 1  # the last step begun before it was issued
+    else:
+        at = bisect.bisect_right(times, created) - 1
+    return steps[at][1] if at >= 0 else None
+
+
+def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple]) -> list[Collective]:
     """The collectives a rank made since ``since_wall`` (its job's start, wall-clock seconds), in order.
 
-    ``steps`` holds ``(wall time, step)`` of the rank's step events, in time order, to give each collective
-    the step the rank was in when it made it.
+    ``steps`` holds ``(wall time, step)`` or ``(wall time, step, pg_seq)`` of the rank's step events, in time
+    order, to give each collective the step the rank was in when it made it (``pg_seq``: how many collectives
+    the default group had issued when the step began).
     """
     entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
     if since_wall is not None:
         entries = [e for e in entries if e.get("time_created_ns", 0) >= since_wall * 1e9]
     status = dump.get("pg_status") or {}
-    times = [t for t, _ in steps]
+    times = [s[0] for s in steps]
     found = []
     for i, entry in enumerate(entries, 1):
         created = entry.get("time_created_ns", 0) / 1e9
-        at = bisect.bisect_right(times, created) - 1
         completed = int((status.get(str(entry.get("pg_id"))) or {}).get("last_completed_collective", -1))
         found.append(
             Collective(
@@ -94,7 +107,7 @@ def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple[float
                 op=str(entry.get("profiling_name", "?")).split(":", 1)[-1],
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
                 site=_site(entry.get("frames") or []),
-                step=steps[at][1] if at >= 0 else None,
+                step=_step_of(entry, created, steps, times),
                 note=_note(entry),
                 done=_completed(entry, completed),
                 wall=created,

@@ -265,7 +265,7 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
     if dump is None or start is None:
         return []
-    steps = [(e["wall"], e["step"]) for e in observer.watches[i].events if e["k"] == "step"]
+    steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in observer.watches[i].events if e["k"] == "step"]
     return flight.collectives(dump, since_wall=start["wall"], steps=steps)  # the recorder's clock is the wall clock
 
 

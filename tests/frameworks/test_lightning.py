@@ -63,7 +63,10 @@ def _check_naive(result, world_size):
     assert one.error.startswith(LIGHTNING_REFUSES) and one.site.startswith("automatic.py:"), one.site
     assert LIGHTNING_REFUSES in result.root_cause
     for peer in set(range(world_size)) - {1}:
-        assert result.ranks[peer].collateral and "Connection closed by peer" in result.ranks[peer].error
+        # gloo tells a peer "Connection closed by peer" or, reading as the socket dies, "Read error ... Connection
+        # reset by peer" (seen once in a fresh-clone run): either is the peer failure the judge calls collateral
+        error = result.ranks[peer].error
+        assert result.ranks[peer].collateral and re.search(r"Connection (closed|reset) by peer", error), error
     assert [(f.rank, f.step) for f in result.fired] == [(1, 1)]
     assert "changed DataLoader batch 1 of this iterator" in result.fired[0].how
     _no_survivors(result)

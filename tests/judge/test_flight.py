@@ -55,3 +55,19 @@ def test_other_backends_count_a_retired_entry_as_done_only_with_its_completion()
     }
     found = collectives(dump, since_wall=None, steps=[])
     assert [(c.done, c.wall_end) for c in found] == [(True, 1000.15), (False, None)]
+
+
+def test_a_collective_is_placed_in_its_step_by_sequence_number_not_by_the_recorders_clock():
+    """Torch's approximate clock stamped #2 (made just after step 1 began, when the group had issued 1) before the
+    step event's wall time: the sequence number still puts it in step 1. Without sequence numbers: by time."""
+    dump = {
+        "entries": [
+            entry(1, [[1]], created=1_000_100_000_000, retired=True),
+            entry(2, [[1]], created=1_000_199_999_000, retired=True),
+        ],
+        "pg_status": {"0": {"last_completed_collective": 2}},
+    }
+    with_seq = collectives(dump, since_wall=None, steps=[(1000.05, 0, 0), (1000.2, 1, 1)])
+    assert [c.step for c in with_seq] == [0, 1]
+    by_time = collectives(dump, since_wall=None, steps=[(1000.05, 0), (1000.2, 1)])
+    assert [c.step for c in by_time] == [0, 0]
