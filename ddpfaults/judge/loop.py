@@ -252,11 +252,23 @@ def _divergence(ranks: list[RankResult], recorded: list[list]):
     divergence = None
     if len(having) >= 2:
         divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
-    if divergence is None and len(having) < len(ranks):
-        return first_divergence(ranks)
+    if len(having) < len(ranks):
+        traced = first_divergence(ranks)
+        if divergence is None:
+            return traced
+        if traced is not None and traced.odd_ranks != divergence.odd_ranks and all(map(_traces_buckets, ranks)):
+            # a rank left no dump (killed by a signal: gloo aborts whichever receiver first saw the mismatch), so
+            # the recorder compared only the survivors, and which rank gloo aborted decided the odd group; tracing
+            # that saw every rank's gradient buckets (ctx.ddp) compared them all
+            return traced
     for i in having:
         ranks[i].collectives, ranks[i].recorder = recorded[i], "flight recorder"
     return divergence
+
+
+def _traces_buckets(rank: RankResult) -> bool:
+    """True if ddpfaults' tracing recorded the rank's DDP gradient buckets (the model was wrapped by ctx.ddp)."""
+    return any(c.note.startswith("DDP gradient bucket") for c in rank.collectives)
 
 
 def _recorded_collectives(observer: Observer, i: int) -> list:

@@ -136,3 +136,24 @@ def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, c
     world.computing = {1} if computing else set()
     reason = loop.watch(world, RunSpec(world_size=2, stall=2, timeout=20))
     assert reason is (StopReason.TIMEOUT if computing else StopReason.STALL)
+
+
+def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
+    """Ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3, which
+    left no flight-recorder dump. Among the survivors the recorder finds rank 2 odd; ctx.ddp's tracing saw every
+    rank's buckets, so all four are compared and ranks 0, 1 are named, whichever rank gloo aborted."""
+    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.results import Collective, RankResult, RankState
+
+    bucket = Collective(1, "all_reduce", [[2757]], "train.py:9 in step", 1, note="DDP gradient bucket 0")
+    count = Collective(1, "all_reduce", [[1]], "loss.py:3 in criterion", 1)
+    states = [RankState.RAISED, RankState.RAISED, RankState.RAISED, RankState.DIED]
+    traced = [[bucket], [bucket], [count, bucket], [count, bucket]]
+    ranks = [RankResult(rank=r, state=states[r], collectives=traced[r]) for r in range(4)]
+    recorded = [[bucket], [bucket], [count], []]  # the recorder's own numbering; rank 3 left no dump
+    assert _divergence(ranks, recorded).odd_ranks == (0, 1)
+    recorded_all = [[bucket], [bucket], [count], [count]]  # every rank dumped: the recorder decides
+    ranks = [RankResult(rank=r, state=states[r], collectives=traced[r]) for r in range(4)]
+    assert _divergence(ranks, recorded_all).odd_ranks == (0, 1)
+    untraced = [RankResult(rank=r, state=states[r], collectives=[c for c in traced[r] if not c.note]) for r in range(4)]
+    assert _divergence(untraced, recorded).odd_ranks == (2,)  # plain DDP: nothing better than the survivors
