@@ -79,7 +79,7 @@ def test_a_fault_on_a_rank_that_finished_in_a_crashed_world_still_raises():
     is on rank 1 after its last collective), so rank 2's Straggler at a step that never comes had every chance."""
     plan = [RankCrash(rank=1, step=3), Straggler(rank=2, step=7, seconds=0.1)]
     with pytest.raises(FaultNeverFired) as info:
-        run_world(rankfns.iterate_loader, world_size=3, faults=plan, kwargs={"batches": 4})
+        run_world(rankfns.iterate_loader, world_size=3, faults=plan, kwargs={"batches": 4, "barrier": True})
     result = info.value.result
     assert result.outcome == Outcome.CRASHED and result.ranks[2].state == RankState.FINISHED, result.report()
     assert result.unfired == [UnfiredFault(1, repr(plan[1]), (2,))]

@@ -180,8 +180,12 @@ def save_checkpoints(ctx, steps=3, save_steps=(2,)):
     return ctx.rank
 
 
-def iterate_loader(ctx, batches=3):
-    """Every rank iterates a DataLoader of ``batches`` batches, one ctx.step per batch; returns the batches it got."""
+def iterate_loader(ctx, batches=3, barrier=False):
+    """Every rank iterates a DataLoader of ``batches`` batches, one ctx.step per batch; returns the batches it got.
+    With ``barrier`` every rank first waits until all have connected (a rank that fails and exits while a peer is
+    still in gloo's connectFullMesh makes that peer raise "Connection closed by peer" there)."""
+    if barrier:
+        dist.barrier()
     loader = torch.utils.data.DataLoader(list(range(batches * 2)), batch_size=2)
     seen = []
     for step, batch in enumerate(loader):
