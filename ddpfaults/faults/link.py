@@ -11,51 +11,18 @@ import math
 import time
 
 from ddpfaults.errors import FaultError
-from ddpfaults.faults.base import Fault, _require_rank, _require_step
-from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET, SkippedCollective
+from ddpfaults.faults.base import Fault
+from ddpfaults.faults.step import CollectiveFault, SkippedCollective, ops_overlap
 
 
-def check_op(owner: str, op) -> str | None:
-    """``op`` if it is None, ``"ddp_bucket"`` or a traced torch.distributed collective; a FaultError otherwise."""
-    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
-        raise FaultError(
-            f"{owner}: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
-            f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
-        )
-    return op
-
-
-def op_matches(mine: str | None, op: str) -> bool:
-    """True if a fault of op ``mine`` acts on collective ``op`` (None: any torch.distributed call, never a bucket)."""
-    return op == mine or (mine is None and op != DDP_BUCKET)
-
-
-class _LinkFault(Fault):
+class _LinkFault(CollectiveFault):
     """A fault acting on the first collective ``op`` of ``rank`` at ``step``."""
-
-    def __init__(self, *, rank, step, op=None):
-        super().__init__(rank=rank, step=step)
-        _require_rank(self)
-        _require_step(self)
-        self.op = check_op(type(self).__name__, op)
-
-    def acts_on_ddp_buckets(self, rank: int) -> bool:
-        """An ``op="ddp_bucket"`` link fault needs DDP's comm hook on its ranks."""
-        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
 
     def same_effect(self, other: Fault) -> str | None:
         """A skip of an overlapping op would swallow the collective this fault acts on."""
-        if isinstance(other, SkippedCollective):
-            ops = {self.op, other.op}
-            if len(ops) == 1 or (None in ops and DDP_BUCKET not in ops):
-                return f"act on the first {self.op or other.op or 'collective'} (the skip would swallow it)"
+        if isinstance(other, SkippedCollective) and ops_overlap(self.op, other.op):
+            return f"act on the first {self.op or other.op or 'collective'} (the skip would swallow it)"
         return None
-
-    def _fields(self) -> dict:
-        fields = super()._fields()
-        if self.op is not None:
-            fields["op"] = repr(self.op)
-        return fields
 
 
 class SlowLink(_LinkFault):
@@ -73,7 +40,7 @@ class SlowLink(_LinkFault):
 
     def before_collective(self, ctx, op: str) -> str | None:
         """Sleep ``delay`` seconds before the first matching collective of the step."""
-        if not (op_matches(self.op, op) and ctx.once(self)):
+        if not (self.matches(op) and ctx.once(self)):
             return None
         time.sleep(self.delay)
         return f"held {op} back {self.delay:g} s"
@@ -100,7 +67,7 @@ class DroppedLink(_LinkFault):
 
     def before_collective(self, ctx, op: str) -> str | None:
         """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
-        if not (op_matches(self.op, op) and ctx.once(self)):
+        if not (self.matches(op) and ctx.once(self)):
             return None
         from ddpfaults.rank import links
 
@@ -113,7 +80,6 @@ class DroppedLink(_LinkFault):
     def same_effect(self, other: Fault) -> str | None:
         """Two drops of overlapping ops: the first leaves the second no connection to drop."""
         if isinstance(other, DroppedLink):
-            ops = {self.op, other.op}
-            if len(ops) == 1 or (None in ops and DDP_BUCKET not in ops):
+            if ops_overlap(self.op, other.op):
                 return f"drop the links at the first {self.op or other.op or 'collective'}"
         return super().same_effect(other)

@@ -153,28 +153,60 @@ COLLECTIVE_OPS = (
 DDP_BUCKET = "ddp_bucket"
 
 
-class SkippedCollective(Fault):
-    """``rank`` silently skips the first collective at ``step``, or the first of kind ``op``.
+def check_op(owner: str, op) -> str | None:
+    """``op`` if it is None, ``"ddp_bucket"`` or a traced torch.distributed collective; a FaultError otherwise."""
+    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
+        raise FaultError(
+            f"{owner}: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
+            f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
+        )
+    return op
 
-    ``op`` is a torch.distributed function name (``"all_reduce"``, ``"barrier"``, ...) or ``"ddp_bucket"``: the
-    all_reduce of a DDP gradient bucket in ``backward`` (plain DDP or ``ctx.ddp``; the rank keeps its own
-    gradients for that bucket). Without ``op``, the first torch.distributed call is skipped, never a bucket.
+
+def op_matches(mine: str | None, op: str) -> bool:
+    """True if a fault of op ``mine`` acts on collective ``op`` (None: any torch.distributed call, never a bucket)."""
+    return op == mine or (mine is None and op != DDP_BUCKET)
+
+
+def ops_overlap(a: str | None, b: str | None) -> bool:
+    """True if faults of ops ``a`` and ``b`` can act on one collective (equal, or None and a torch.distributed op)."""
+    ops = {a, b}
+    return len(ops) == 1 or (None in ops and DDP_BUCKET not in ops)
+
+
+class CollectiveFault(Fault):
+    """A fault acting on the first collective ``op`` of ``rank`` at ``step`` (``op``: a torch.distributed
+    function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, or None for any torch.distributed call).
     """
 
     def __init__(self, *, rank, step, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
-        if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
-            raise FaultError(
-                f"SkippedCollective: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
-                f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
-            )
-        self.op = op
+        self.op = check_op(type(self).__name__, op)
 
     def matches(self, op: str) -> bool:
-        """True if this fault skips a collective ``op`` (its op; any torch.distributed call without one)."""
-        return op == self.op or (self.op is None and op != DDP_BUCKET)
+        """True if this fault acts on a collective ``op`` (its op; any torch.distributed call without one)."""
+        return op_matches(self.op, op)
+
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
+        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.op is not None:
+            fields["op"] = repr(self.op)
+        return fields
+
+
+class SkippedCollective(CollectiveFault):
+    """``rank`` silently skips the first collective at ``step``, or the first of kind ``op``.
+
+    ``op`` is a torch.distributed function name (``"all_reduce"``, ``"barrier"``, ...) or ``"ddp_bucket"``: the
+    all_reduce of a DDP gradient bucket in ``backward`` (plain DDP or ``ctx.ddp``; the rank keeps its own
+    gradients for that bucket). Without ``op``, the first torch.distributed call is skipped, never a bucket.
+    """
 
     def skips_collective(self, ctx, op: str) -> bool:
         """Skip once per (rank, step): the first matching collective."""
@@ -184,20 +216,9 @@ class SkippedCollective(Fault):
         """Two skips whose ops overlap both claim the first matching collective."""
         if not isinstance(other, SkippedCollective):
             return None
-        ops = {self.op, other.op}
-        if len(ops) == 1 or (None in ops and DDP_BUCKET not in ops):
+        if ops_overlap(self.op, other.op):
             return f"skip the first {self.op or other.op or 'collective'}"
         return None
-
-    def acts_on_ddp_buckets(self, rank: int) -> bool:
-        """A ``"ddp_bucket"`` skip needs DDP's comm hook on its ranks."""
-        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
-
-    def _fields(self) -> dict:
-        fields = super()._fields()
-        if self.op is not None:
-            fields["op"] = repr(self.op)
-        return fields
 
 
 class RankOnlyBarrier(Fault):
