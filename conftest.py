@@ -3,9 +3,11 @@
 import pytest
 
 # imported here once: pytester's in-process runs drop the modules they import, and importing torch's C extensions
-# a second time in one process crashes it
+# a second time in one process crashes it; a world started by an in-process run pickles ddpfaults.rank.main's
+# functions, which must be the ones this process's pooled ranks and fork server know
 import torch  # noqa: F401
 
+import ddpfaults.engine.launcher  # noqa: F401
 from ddpfaults.engine import census
 
 try:  # Hypothesis profiles for tests/scenarios/test_properties.py (hypothesis is optional): HYPOTHESIS_PROFILE=ci|deep

@@ -132,7 +132,14 @@ def _load_payload(job: Job):
         if job.fn_file is None or exc.name not in (job.fn_module, job.fn_module.split(".")[0]):
             raise
     import importlib.util
+    import types
 
+    parts = job.fn_module.split(".")
+    for i in range(1, len(parts)):  # pytest's importlib mode names a test module by its path: sub.test_file
+        parent = ".".join(parts[:i])
+        if parent not in sys.modules:  # an empty package, so that unpickling can import the dotted name
+            sys.modules[parent] = types.ModuleType(parent)
+            sys.modules[parent].__path__ = []
     spec = importlib.util.spec_from_file_location(job.fn_module, job.fn_file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[job.fn_module] = module

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import rankfns
+from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, errors, run_world
 from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 from processes import alive
@@ -263,9 +264,8 @@ def test_a_stall_window_shorter_than_rank_start_up_is_not_a_hang():
     assert result.outcome == Outcome.COMPLETED, result.report()
 
 
-def test_the_printed_replay_command_reproduces_the_verdict():
+def test_the_printed_replay_command_reproduces_the_verdict(capsys, monkeypatch):
     import shlex
-    import subprocess
 
     result = run_world(
         rankfns.all_reduce_steps,
@@ -279,9 +279,7 @@ def test_the_printed_replay_command_reproduces_the_verdict():
     command = shlex.split(line[len("replay: ") :])
     assert command[command.index("--kwargs") + 1] == "{'steps': 3}"
     assert command[:3] == ["python", "-m", "ddpfaults"]
-    replay = subprocess.run(
-        [sys.executable, *command[1:], "--expect", "hung"], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    replay = ddpfaults_cli(capsys, monkeypatch, *command[3:], "--expect", "hung")
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "expected hung, observed hung: OK" in replay.stdout
     assert f"root cause: {result.root_cause}" in replay.stdout

@@ -5,12 +5,11 @@ loader never reaches: not fired)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import rankfns
+from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, run_script, run_world
 from ddpfaults.errors import FaultNeverFired
 from ddpfaults.faults import (
@@ -133,26 +132,16 @@ def test_run_script_raises_for_a_fault_whose_step_never_comes():
     assert allowed.outcome == Outcome.COMPLETED and allowed.unfired == result.unfired
 
 
-def test_cli_run_fails_on_an_unfired_fault_unless_allowed(tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "ddpfaults",
-        "run",
-        "tests/support/rankfns.py:all_reduce_steps",
-        "--world-size",
-        "2",
-        "--faults",
-        "[RankCrash(rank=1, step=9)]",
-    ]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(SCRIPTS)))
+def test_cli_run_fails_on_an_unfired_fault_unless_allowed(tmp_path, capsys, monkeypatch):
+    command = ["run", "tests/support/rankfns.py:all_reduce_steps", "--world-size", "2"]
+    command += ["--faults", "[RankCrash(rank=1, step=9)]"]
     out = tmp_path / "world.json"
-    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=root)
+    done = ddpfaults_cli(capsys, monkeypatch, *command, "--json", out)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "world COMPLETED" in done.stdout  # the report is printed all the same
     assert "FaultNeverFired: RankCrash(rank=1, step=9" in done.stderr and "--allow-unfired" in done.stderr
     assert json.loads(out.read_text())["worlds"][0]["unfired"][0]["finished"] == [1]
-    allowed = subprocess.run([*command, "--allow-unfired"], capture_output=True, text=True, timeout=120, cwd=root)
+    allowed = ddpfaults_cli(capsys, monkeypatch, *command, "--allow-unfired")
     assert allowed.returncode == 0 and "FaultNeverFired" not in allowed.stderr, allowed.stdout + allowed.stderr
 
 

@@ -1,7 +1,5 @@
 """Rank functions defined in test files work under each of pytest's import modes."""
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -25,15 +23,12 @@ TEST_FILE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("mode", ["prepend", "append", "importlib"])
-def test_function_in_a_test_file_runs_in_the_ranks(tmp_path, mode):
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "test_userfile.py").write_text(TEST_FILE)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--import-mode={mode}", "sub"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "1 passed" in run.stdout
+def test_function_in_a_test_file_runs_in_the_ranks(pytester, mode):
+    """In this process (pytester's in-process run: the ranks come from this process's fork server, warm or cold),
+    the user's test file imported the way ``mode`` imports it."""
+    pytester.mkpydir("sub")
+    (pytester.path / "sub" / "__init__.py").unlink()  # a plain directory of test files, no package
+    (pytester.path / "sub" / "test_userfile.py").write_text(TEST_FILE)
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", f"--import-mode={mode}", "sub")
+    assert result.ret == 0, "\n".join(result.outlines + result.errlines)
+    result.assert_outcomes(passed=1)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
 from ddpfaults.errors import ConfigError, ScriptError
@@ -171,25 +172,10 @@ def test_a_module_runs_as_python_dash_m(tmp_path):
     assert result.function == "-m mytrain.train" and [r.last_step for r in result.ranks] == [2, 2]
 
 
-def test_cli_runs_a_script_with_argv_after_the_dashes(tmp_path):
+def test_cli_runs_a_script_with_argv_after_the_dashes(tmp_path, capsys, monkeypatch):
     out = tmp_path / "world.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ddpfaults",
-            "run",
-            PLAIN,
-            "--world-size",
-            "3",
-            "--faults",
-            "[EmptyBatch(rank=1, step=1)]",
-        ]
-        + ["--json", str(out), "--expect", "crashed", "--", "--batches", "3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    command = ["run", PLAIN, "--world-size", "3", "--faults", "[EmptyBatch(rank=1, step=1)]"]
+    done = ddpfaults_cli(capsys, monkeypatch, *command, "--json", out, "--expect", "crashed", "--", "--batches", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "root cause: rank 1" in done.stdout and "expected crashed, observed crashed: OK" in done.stdout
     (world,) = json.loads(out.read_text())["worlds"]  # a report document (docs/report-schema.md)

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ddpfaults.report.document import read_document
-from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
+from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run, run_once
 from processes import alive, descendants
 
 STEPS = '''
@@ -132,12 +132,30 @@ def test_settings_resolve_command_line_then_environment_then_ini(user, monkeypat
         settings.seed = 1
 
 
-# -- running scenario items -----------------------------------------------------------------------
+# -- running scenario items: one session with every report option, under xdist, checked part by part -----
 
 
-def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properties(user):
-    result, document = run(user, "-k", "completes or skips", "--junitxml=junit.xml")
-    result.assert_outcomes(passed=1, failed=1)
+@pytest.fixture
+def every_option(tmp_path_factory):
+    """The four scenario_user items run once, with two xdist workers, a JUnit XML file, the HTML page and
+    flight-recorder dumps: (result, report document, session directory), shared by the tests below."""
+    result, document, directory = run_once(
+        tmp_path_factory,
+        "every_option",
+        {"rankfns_user": STEPS, "scenario_user": SCENARIOS},
+        "-n",
+        "2",
+        "--junitxml=junit.xml",
+        "--ddpfaults-html=out/worlds.html",
+        "--ddpfaults-flight-recorder=fr",
+    )
+    assert_no_orphans(document)
+    return result, document, directory
+
+
+def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properties(every_option):
+    result, document, directory = every_option
+    result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
         [
             "*_ scenario skips_a_collective _*",
@@ -155,19 +173,18 @@ def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properti
             "*distributed_c10d.py*in all_reduce",
             "*scenario_user.py*in skips_a_collective",
             "*- ddpfaults -*",
-            "2 worlds: 1 completed, 1 hung",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "4 worlds: 1 completed, 2 crashed, 1 hung",
             "slowest: * s scenario_user.py::* (*)*",
             "FAILED scenario_user.py::skips_a_collective - expected completed, observed hung",
         ]
     )
     result.stdout.no_fnmatch_line("*_ scenario completes _*")  # a passing item prints no report
     result.stdout.no_fnmatch_line("*plugin.py*")  # a clean failure: no plugin traceback
-    assert [w["nodeid"] for w in document["worlds"]] == [
-        "scenario_user.py::completes",
-        "scenario_user.py::skips_a_collective",
-    ]
-    assert_no_orphans(document)
-    cases = ET.parse(user.path / "junit.xml").getroot().iter("testcase")
+    cases = ET.parse(directory / "junit.xml").getroot().iter("testcase")
     properties = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")} for case in cases}
     assert properties["skips_a_collective"] == {
         "ddpfaults.verdict": "hung",
@@ -180,9 +197,8 @@ def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properti
     assert float(properties["completes"]["ddpfaults.seconds"]) > 0
 
 
-def test_a_real_crash_fails_with_root_cause_traceback_and_output(user):
-    result, document = run(user, "-k", "crashes")
-    result.assert_outcomes(passed=1, failed=1)
+def test_a_real_crash_fails_with_root_cause_traceback_and_output(every_option):
+    result, document, _ = every_option
     result.stdout.fnmatch_lines(
         [
             "*_ scenario crashes[[]claims_completed[]] _*",
@@ -200,15 +216,10 @@ def test_a_real_crash_fails_with_root_cause_traceback_and_output(user):
     worlds = {w["nodeid"]: w for w in document["worlds"]}
     assert worlds["scenario_user.py::crashes[claims_completed]"]["outcome"] == "crashed"
     assert worlds["scenario_user.py::crashes[claims_completed]"]["root_rank"] == 1
-    assert_no_orphans(document)
 
 
-# -- CI: JSON report under xdist -------------------------------------------------------------------
-
-
-def test_xdist_two_workers_json_report_holds_every_world(user):
-    result, document = run(user, "-n", "2")
-    result.assert_outcomes(passed=2, failed=2)
+def test_xdist_two_workers_json_report_holds_every_world(every_option):
+    result, document, directory = every_option
     result.stdout.fnmatch_lines(["*2 workers*", "4 worlds: 1 completed, 2 crashed, 1 hung", "JSON report: worlds.json"])
     assert document["schema"] == "ddpfaults.report/2"
     assert sorted(w["nodeid"] for w in document["worlds"]) == [
@@ -233,15 +244,14 @@ def test_xdist_two_workers_json_report_holds_every_world(user):
             "observed": "crashed",
         }
     ]
-    read_document(user.path / "worlds.json")  # a valid ddpfaults.report/2 document
-    assert len(assert_no_orphans(document)) == 8
+    read_document(directory / "worlds.json")  # a valid ddpfaults.report/2 document
+    assert len([r["pid"] for w in document["worlds"] for r in w["ranks"] if r["pid"]]) == 8
 
 
-def test_html_report_holds_every_world_with_one_lane_per_rank(user):
-    result, document = run(user, "--ddpfaults-html=out/worlds.html")
-    result.assert_outcomes(passed=2, failed=2)
+def test_html_report_holds_every_world_with_one_lane_per_rank(every_option):
+    result, document, directory = every_option
     result.stdout.fnmatch_lines(["HTML report: out/worlds.html"])
-    page = (user.path / "out" / "worlds.html").read_text()
+    page = (directory / "out" / "worlds.html").read_text()
     assert "<b class=tally-head>2 of 4 failed</b> · 2 passed" in page, "failed expectations, not bad verdicts"
     statuses = re.findall(r"<tr class='s-(\w+)", page)
     assert statuses == ["failed", "failed", "passed", "passed"], "the two failed worlds first"
@@ -250,22 +260,19 @@ def test_html_report_holds_every_world_with_one_lane_per_rank(user):
         assert world["nodeid"] in page
     assert len(re.findall(r"data-rank=['\"]?\d", page)) >= 2 * len(document["worlds"])
     assert "http://" not in page and "https://" not in page
-    assert_no_orphans(document)
 
 
-def test_flight_recorder_dumps_one_folder_per_world_named_by_its_test_id(user):
+def test_flight_recorder_dumps_one_folder_per_world_named_by_its_test_id(every_option):
     """--ddpfaults-flight-recorder=DIR: each world's ranks' dumps in DIR/<test id>/rank_N; the JSON report and the
     HTML page link the folder."""
-    result, document = run(user, "--ddpfaults-flight-recorder=fr", "--ddpfaults-html=worlds.html")
-    result.assert_outcomes(passed=2, failed=2)
-    folders = sorted(p.name for p in (user.path / "fr").iterdir())
+    _, document, directory = every_option
+    folders = sorted(p.name for p in (directory / "fr").iterdir())
     assert len(folders) == len(document["worlds"]) == 4 and all(f.startswith("scenario_user.py_") for f in folders)
     for world in document["worlds"]:
         folder = world["flight_records"]
         assert os.path.isdir(folder) and os.path.basename(folder) in folders
         assert sorted(os.listdir(folder)) == [f"rank_{r}" for r in range(world["world_size"])]
-        assert folder in (user.path / "worlds.html").read_text()
-    assert_no_orphans(document)
+        assert folder in (directory / "out" / "worlds.html").read_text()
 
 
 # -- loading the plugin ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from cli import ddpfaults_cli
 from ddpfaults.scenario import builtin_dir, discover
 from ddpfaults.spec import RunSpec
 
@@ -174,14 +175,10 @@ def _odd_call(result):
 # -- the matrix command ------------------------------------------------------------------------
 
 
-def _matrix(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, "-m", "ddpfaults", "matrix", *args], cwd=cwd, capture_output=True, text=True, timeout=240
+def test_matrix_json_for_one_module_passes_with_a_row_per_case(capsys, monkeypatch):
+    proc = ddpfaults_cli(
+        capsys, monkeypatch, "matrix", os.path.join(builtin_dir(), "scenario_device.py"), "--json", "--seed", "3"
     )
-
-
-def test_matrix_json_for_one_module_passes_with_a_row_per_case():
-    proc = _matrix(os.path.join(builtin_dir(), "scenario_device.py"), "--json", "--seed", "3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["ok"] is True
@@ -193,7 +190,7 @@ def test_matrix_json_for_one_module_passes_with_a_row_per_case():
     assert data["rows"][1]["expected"] == "completed (replicas bit-equal)"
 
 
-def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path):
+def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path, capsys, monkeypatch):
     (tmp_path / "scenario_wrong.py").write_text(
         textwrap.dedent('''
         import torch
@@ -211,7 +208,7 @@ def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path):
                 dist.all_reduce(torch.ones(1))
     ''')
     )
-    proc = _matrix(str(tmp_path))
+    proc = ddpfaults_cli(capsys, monkeypatch, "matrix", tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "| scenario | variant | expected | observed | root cause | seconds | ok |"
@@ -232,7 +229,9 @@ def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path):
     ],
 )
 def test_matrix_bad_input_is_one_error_line_and_exit_2(tmp_path, make_path, message):
-    proc = _matrix(make_path(tmp_path))
+    proc = subprocess.run(  # refused before torch is imported: the interpreter's own exit status and output
+        [sys.executable, "-m", "ddpfaults", "matrix", make_path(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()

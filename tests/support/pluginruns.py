@@ -42,3 +42,46 @@ def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
         time.sleep(0.05)
     assert census.survivors(pids) == []
     return pids
+
+
+def run_once(tmp_path_factory, name: str, files: dict, *args):
+    """One pytest session with the plugin over ``files`` (name -> source), run in a subprocess as ``run`` does, for
+    the tests that each check one part of it: it runs once per test run (an xdist worker that finds it done, or
+    running, waits for it and reads what it left) and pays one interpreter and fork server for all of them.
+    Returns (``pytest.RunResult``, report document, the session's directory)."""
+    import fcntl
+    import subprocess
+    import sys
+
+    import pytest
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist workers' basetemps are siblings
+    directory, saved = shared / name, shared / name / "session.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.exists():
+            directory.mkdir(exist_ok=True)
+            for module, source in files.items():
+                (directory / f"{module}.py").write_text(source)
+            dropped = ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DDPFAULTS_") and k not in dropped}
+            command = [sys.executable, "-m", "pytest", f"--basetemp={directory / 'tmp'}", "-p", "ddpfaults"]
+            t0 = time.monotonic()
+            done = subprocess.run(
+                [*command, "--ddpfaults-report=worlds.json", *args],
+                cwd=directory,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT,
+            )
+            session = {"ret": done.returncode, "out": done.stdout, "err": done.stderr, "seconds": time.monotonic() - t0}
+            saved.write_text(json.dumps(session))
+    session = json.loads(saved.read_text())
+    result = pytest.RunResult(
+        session["ret"], session["out"].splitlines(), session["err"].splitlines(), session["seconds"]
+    )
+    path = directory / "worlds.json"
+    document = json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
+    return result, document, directory
