@@ -298,11 +298,12 @@ class LocalWorld(loop.Observer):
             w.exit_time = w.last_progress = now
             w.events.append({"k": "exited", "t": now, "code": self.procs[i].exitcode})
         for w, p in zip(self.watches, self.procs, strict=True):
-            w.read(p.pid if p.exitcode is None else None)
+            w.read(None if w.exit_time is not None else p.pid)
 
     def dead(self, i: int, now: float) -> bool:
-        """A rank whose process exited."""
-        return self.procs[i].exitcode is not None
+        """A rank whose exit a :meth:`poll` saw, and read the rank's events after: what it wrote before it exited
+        (a fault that fired, then SIGKILLed the rank) is never missed."""
+        return self.watches[i].exit_time is not None
 
     def exited(self, i: int) -> bool:
         """A rank whose process exited."""

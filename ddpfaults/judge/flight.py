@@ -13,6 +13,7 @@ does not), when it was seen completed (``time_discovered_completed_ns``).
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import pickle
 
@@ -44,10 +45,17 @@ def read_dump(path: str) -> dict | None:
         return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_machinery(path: str) -> bool:
+    """True for a frame in torch, ddpfaults' rank machinery, multiprocessing or generated code (cached: a dump
+    holds the same few paths in every entry's stack)."""
+    return path.startswith("<") or any(piece in path for piece in MACHINERY)
+
+
 def _site(frames: list) -> str:
     for frame in frames:
         path = frame.get("filename", "")
-        if not any(piece in path for piece in MACHINERY) and not path.startswith("<"):
+        if not _is_machinery(path):
             return f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
     return "?"
 

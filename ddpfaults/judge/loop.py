@@ -122,6 +122,9 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         now = time.monotonic()
         live = observer.live(now)
         if not live:
+            # a rank may have written its last events (a fault that fired, then SIGKILLed itself) and exited
+            # between this poll's read and live(): read once more, so what it wrote before exiting is judged
+            observer.poll(0)
             return StopReason.ENDED
         if not failure_seen and any(w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches):
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen

@@ -157,3 +157,29 @@ def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
     assert _divergence(ranks, recorded_all).odd_ranks == (0, 1)
     untraced = [RankResult(rank=r, state=states[r], collectives=[c for c in traced[r] if not c.note]) for r in range(4)]
     assert _divergence(untraced, recorded).odd_ranks == (2,)  # plain DDP: nothing better than the survivors
+
+
+class ExitsBetweenReads(ScriptedWorld):
+    """Rank 0 writes its last event and dies between a poll's read and the liveness check that follows it (the
+    launcher learns of an exit from the process, not from the event file)."""
+
+    def __init__(self, clock: Clock):
+        super().__init__(clock, 2, {0.01: [(1, {"k": "finished"})]})
+        self.polls = 0
+
+    def poll(self, wait: float) -> None:
+        super().poll(wait)
+        self.polls += 1
+        if self.polls == 3:  # read the file before the event reached it; the fault fires and the rank dies now
+            self.late = {"k": "fault", "index": 0, "fault": "F()", "how": "killed itself", "step": 2}
+        elif self.polls > 3:
+            self.watches[0]._apply(self.late)
+
+    def dead(self, i: int, now: float) -> bool:
+        return i == 0 and self.polls >= 3
+
+
+def test_a_rank_that_wrote_and_died_between_a_read_and_the_liveness_check_has_its_last_events_read(clock):
+    world = ExitsBetweenReads(clock)
+    assert loop.watch(world, RunSpec(world_size=2)) == StopReason.ENDED
+    assert [f.how for f in world.watches[0].fired] == ["killed itself"]
