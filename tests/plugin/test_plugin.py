@@ -21,6 +21,7 @@ from processes import alive, descendants
 
 STEPS = '''
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,13 +36,14 @@ def steps(ctx, steps=3):
     return float(t)
 
 
-def spin(ctx, directory):
-    """Write this rank's pid into ``directory``, then compute forever (busy: never judged hung, only timed out)."""
+def idle(ctx, directory):
+    """Write this rank's pid into ``directory``, then sleep forever outside any collective (not waiting on a peer:
+    never judged hung, only timed out; and no CPU taken from the tests running beside it)."""
     with open(os.path.join(directory, f"rank{ctx.rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
     ctx.step(0)
     while True:
-        pass
+        time.sleep(0.05)
 '''
 
 SCENARIOS = '''
@@ -487,14 +489,14 @@ def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks
         + """
 @pytest.mark.timeout(4, func_only=True)
 def test_capped(started_fork_server, ddp_world, tmp_path):
-    result = ddp_world.run(rankfns_user.spin, world_size=2, timeout=60, args=(str(tmp_path),))
+    result = ddp_world.run(rankfns_user.idle, world_size=2, timeout=60, args=(str(tmp_path),))
     assert result.outcome == "hung" and result.timeout < 4 * 0.9
     assert result.reason.startswith("hard timeout")
 
 @pytest.mark.timeout(2.5, method="signal", func_only=True)
 def test_signal_kill(started_fork_server):
     os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids",))
 """
     )
     result, document = run(user, "test_timeouts.py")
@@ -504,7 +506,7 @@ def test_signal_kill(started_fork_server):
 
 
 def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
-    """pytest-timeout's thread method ends the pytest process with ``os._exit`` while a world spins: its ranks
+    """pytest-timeout's thread method ends the pytest process with ``os._exit`` while a world runs: its ranks
     must still die. The fixture starts the fork server first (a cold first start can take longer than any
     fixed timeout) and the timer covers the test function only, so both ranks are up when it fires."""
     user.makepyfile(
@@ -513,7 +515,7 @@ def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
 @pytest.mark.timeout(3, method="thread", func_only=True)
 def test_thread_kill(started_fork_server):
     os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=60, args=("pids",))
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids",))
 """
     )
     result = user.runpytest_subprocess("-p", "ddpfaults", "test_thread.py", timeout=RUN_TIMEOUT)
@@ -532,9 +534,9 @@ import os
 import ddpfaults
 import rankfns_user
 
-def test_spins():
+def test_idles():
     os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.spin, world_size=2, timeout=120, args=("pids",))
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=120, args=("pids",))
 """
     )
     with open(user.path / "pytest.out", "wb") as out:
