@@ -159,6 +159,21 @@ def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
     assert _divergence(untraced, recorded).odd_ranks == (2,)  # plain DDP: nothing better than the survivors
 
 
+def test_survivors_whose_records_split_evenly_name_no_odd_rank():
+    """rank0_only[naive_ddp_forward]: rank 0's evaluation broadcasts BatchNorm buffers (32 elements) while ranks 1 and 2
+    broadcast DDP's bucket indices (7); gloo aborts both receivers. When rank 2's dump was taken and rank 1's was not,
+    the records are one against one: no group is odd, and the blame must not depend on which dump exists."""
+    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.results import Collective, RankResult, RankState
+
+    buffers = Collective(1, "broadcast", [[32]], "eval.py:5 in evaluate", 0, note="DDP forward broadcast")
+    indices = Collective(1, "broadcast", [[7]], "train.py:9 in step", 1, note="DDP forward broadcast")
+    states = [RankState.RAISED, RankState.DIED, RankState.DIED]
+    ranks = [RankResult(rank=r, state=states[r], collectives=[]) for r in range(3)]  # tracing misses DDP's broadcasts
+    assert _divergence(ranks, [[buffers], [], [indices]]) is None
+    assert _divergence(ranks, [[buffers], [indices], [indices]]).odd_ranks == (0,)  # every dump: rank 0 is odd
+
+
 class ExitsBetweenReads(ScriptedWorld):
     """Rank 0 writes its last event and dies between a poll's read and the liveness check that follows it (the
     launcher learns of an exit from the process, not from the event file)."""
