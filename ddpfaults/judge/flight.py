@@ -16,6 +16,7 @@ import bisect
 import functools
 import os
 import pickle
+import re
 
 from ddpfaults.judge.results import Collective
 
@@ -58,6 +59,18 @@ def _site(frames: list) -> str:
         if not _is_machinery(path):
             return f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
     return "?"
+
+
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def stack_site(stack: str | None) -> str | None:
+    """The call site (as :func:`_site` names a record's) of the innermost frame outside the machinery in a
+    faulthandler dump (innermost frame first), or None: where a rank that left no record was when it died."""
+    for path, line, name in _STACK_FRAME.findall(stack or ""):
+        if not _is_machinery(path):
+            return f"{os.path.basename(path)}:{line} in {name}"
+    return None
 
 
 def _note(entry: dict) -> str:

@@ -256,9 +256,9 @@ def _divergence(ranks: list[RankResult], recorded: list[list]):
     if len(having) >= 2:
         divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
     if len(having) < len(ranks) and divergence is not None and len({len(g.ranks) for g in divergence.groups}) == 1:
-        # the survivors' records split evenly (rank 0 vs rank 2, rank 1 aborted by gloo without a dump): no group is
-        # odd, and which rank happened to leave a dump would decide the blame (seen: 2 worlds in 120)
-        divergence = None
+        # the survivors' records split evenly (rank 0 vs rank 2, rank 1 aborted by gloo without a dump): which rank
+        # happened to leave a dump must not decide the blame (seen: 2 worlds in 120)
+        divergence = _placed_by_stack(divergence, [ranks[i] for i in range(len(ranks)) if i not in having])
     if len(having) < len(ranks):
         traced = first_divergence(ranks)
         if divergence is None:
@@ -271,6 +271,25 @@ def _divergence(ranks: list[RankResult], recorded: list[list]):
     for i in having:
         ranks[i].collectives, ranks[i].recorder = recorded[i], "flight recorder"
     return divergence
+
+
+def _placed_by_stack(divergence, unrecorded: list[RankResult]):
+    """An even split among incomplete records, completed: each rank without a record joins the group whose call
+    site its last stack shows (gloo aborts a rank inside the collective it was making); the smallest group is then
+    odd. None when that leaves no single smallest group."""
+    members = [list(g.ranks) for g in divergence.groups]
+    for rank in unrecorded:
+        site = flight.stack_site(rank.stack)
+        matches = [i for i, g in enumerate(divergence.groups) if site and g.call is not None and g.call.site == site]
+        if len(matches) == 1:
+            members[matches[0]].append(rank.rank)
+    groups = sorted(
+        (dataclasses.replace(g, ranks=tuple(sorted(m))) for g, m in zip(divergence.groups, members, strict=True)),
+        key=lambda g: (-len(g.ranks), g.ranks[0]),
+    )
+    if len(groups[-1].ranks) == len(groups[-2].ranks):
+        return None
+    return dataclasses.replace(divergence, groups=tuple(groups), odd_ranks=groups[-1].ranks)
 
 
 def _traces_buckets(rank: RankResult) -> bool:

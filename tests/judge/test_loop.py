@@ -170,8 +170,16 @@ def test_survivors_whose_records_split_evenly_name_no_odd_rank():
     indices = Collective(1, "broadcast", [[7]], "train.py:9 in step", 1, note="DDP forward broadcast")
     states = [RankState.RAISED, RankState.DIED, RankState.DIED]
     ranks = [RankResult(rank=r, state=states[r], collectives=[]) for r in range(3)]  # tracing misses DDP's broadcasts
-    assert _divergence(ranks, [[buffers], [], [indices]]) is None
+    assert _divergence(ranks, [[buffers], [], [indices]]) is None  # and no stack says where rank 1 died
     assert _divergence(ranks, [[buffers], [indices], [indices]]).odd_ranks == (0,)  # every dump: rank 0 is odd
+    died_in_step = (
+        'File "/venv/torch/nn/parallel/distributed.py", line 1775 in _pre_forward\n'
+        '  File "/venv/torch/nn/modules/module.py", line 1789 in _call_impl\n'
+        '  File "/home/u/train.py", line 9 in step\n  File "/home/u/train.py", line 30 in main'
+    )
+    ranks[1] = RankResult(rank=1, state=RankState.DIED, collectives=[], stack=died_in_step)
+    divergence = _divergence(ranks, [[buffers], [], [indices]])  # rank 1's stack places it with rank 2
+    assert divergence.odd_ranks == (0,) and [g.ranks for g in divergence.groups] == [(1, 2), (0,)]
 
 
 class ExitsBetweenReads(ScriptedWorld):
