@@ -16,7 +16,7 @@ rank 0) evaluates on a held-out batch. Measured on gloo (what the variants asser
   a signal-killed rank leaves no flight-recorder dump, and DDP's forward broadcasts are not traced otherwise,
   so the variant asserts the crash and gloo's message only. (The 50-round soak once named rank 2: rank 2's dump
   had been taken and rank 1's not, and the records of ranks 0 and 2, one against one, were read as rank 2 being
-  odd; an even split among incomplete records now names no odd rank: rank 1 in 200 of 200 under 2 hogs.)
+  odd. Now rank 1's dying stack puts it beside rank 2, and such a world names rank 0, the rank that diverged.)
 - ``fixed_module``: rank 0 evaluates the unwrapped replica ``ddp.module`` and reduces nothing: completes,
   bit-equal replicas.
 - ``fixed_all_ranks``: every rank evaluates its own held-out batch and the metric is all_reduced by all:
