@@ -27,9 +27,13 @@ def run(pytester, *args):
     result = pytester.runpytest_subprocess(
         "-p", "ddpfaults", "--ddpfaults-report=worlds.json", *args, timeout=RUN_TIMEOUT
     )
-    path = pytester.path / "worlds.json"
-    document = json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
-    return result, document
+    return result, _report(pytester.path)
+
+
+def _report(directory):
+    """The session's JSON report (``worlds.json`` in ``directory``), or an empty document if it wrote none."""
+    path = directory / "worlds.json"
+    return json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
 
 
 def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
@@ -82,6 +86,4 @@ def run_once(tmp_path_factory, name: str, files: dict, *args):
     result = pytest.RunResult(
         session["ret"], session["out"].splitlines(), session["err"].splitlines(), session["seconds"]
     )
-    path = directory / "worlds.json"
-    document = json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
-    return result, document, directory
+    return result, _report(directory), directory
