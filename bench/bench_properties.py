@@ -4,15 +4,20 @@ Run:  python bench/bench_properties.py [--examples 30] [--repeat 5] [--launcher-
                                        [--mutant skip-criterion|no-joint-skip]
 
 Runs the real property test (the fixed empty-batch strategy against its oracle) through Hypothesis with
-``--examples`` generated examples (plus the test's explicit ones), derandomised, twice in the same run:
-old-style, every faulted world cold (``reuse=False`` for a plan with faults: one cold 4-rank world per
-example, as before data-only plans could run on a pooled world), then as it runs now (a data-only plan
-takes the pooled world and gives it back). Each prints examples/s with the time per example split into
-the faulted world, the oracle world, the single-process oracle and the rest (Hypothesis, the test's own
-code). The world baseline, measured in the same run: one world of the same trainer with a fault-free
-plan, with a one-fault plan on a warm world, and with a one-fault plan on a cold one. The load average
-is printed with the figures: the machine is shared. ``--launcher-threads`` sets torch's threads in this
-process (the single-process oracle runs here, beside four ranks on the machine's cores).
+``--examples`` generated examples (plus the test's explicit ones), derandomised, three times in the same run:
+
+- one cold world per example and an oracle world per example (how the property first ran: every faulted world
+  cold, ``reuse=False``, and the oracle a second 4-rank world, ``property_rankfns.reference_training``);
+- data-only plans on a pooled world, still an oracle world per example;
+- as it runs now: a pooled world per example and the oracle computed in this process
+  (``tests/support/ddp_oracle.py``, bit-equal to the oracle world; here each oracle world's digest is checked
+  against it too).
+
+Each prints examples/s with the time per example split into the faulted world, the oracle world, the in-process
+oracle and the rest (Hypothesis, the test's own code). The world baseline, measured in the same run: one world
+of the same trainer with a fault-free plan, with a one-fault plan on a warm world (the most a property that
+runs one world per example can reach), and with a one-fault plan on a cold one. The load average is printed
+with the figures: the machine is shared. ``--launcher-threads`` sets torch's threads in this process.
 
 ``--mutant`` plants a bug in a *copy* of the fixed strategy (the scenario module is not touched),
 runs the property on it and prints the shrunk counterexample Hypothesis reports:
@@ -92,13 +97,17 @@ def _mutant(name: str):
     return module.empty_batch
 
 
-def _timed_worlds(test_module, log: list, cold: dict):
-    """Wrap the test module's run_world and single-process oracle so every call's wall time is logged as
-    (name, seconds); while ``cold["faulted"]`` is set, a world with faults runs cold (``reuse=False``)."""
-    original, oracle = test_module.run_world, test_module.single_process_training
+def _timed_worlds(test_module, log: list, mode: dict):
+    """Wrap the test module's run_world and in-process oracle so every call's wall time is logged as
+    (name, seconds); ``mode["cold"]``: a world with faults runs cold (``reuse=False``); ``mode["oracle_world"]``:
+    every oracle is also computed by a reference world (logged as ``reference_training``), checked equal."""
+    from ddpfaults.toy.models import state_digest
+    from property_rankfns import reference_training
+
+    original, oracle = test_module.run_world, test_module.oracle_state
 
     def timed(fn, **kwargs):
-        if cold["faulted"] and kwargs.get("faults"):
+        if mode["cold"] and kwargs.get("faults"):
             kwargs = {**kwargs, "reuse": False}
         t0 = time.perf_counter()
         try:
@@ -106,14 +115,24 @@ def _timed_worlds(test_module, log: list, cold: dict):
         finally:
             log.append((fn.__name__, time.perf_counter() - t0))
 
-    def timed_oracle(*args, **kwargs):
+    def timed_oracle(seed, cells, **kwargs):
         t0 = time.perf_counter()
-        try:
-            return oracle(*args, **kwargs)
-        finally:
-            log.append(("single_process_training", time.perf_counter() - t0))
+        state = oracle(seed, cells, **kwargs)
+        log.append(("oracle_state", time.perf_counter() - t0))
+        if mode["oracle_world"]:
+            t0 = time.perf_counter()
+            world = original(
+                reference_training,
+                world_size=kwargs["world_size"],
+                seed=seed,
+                stall=test_module.SAFE_STALL,
+                kwargs={"empty": cells, "steps": kwargs["steps"]},
+            )
+            log.append(("reference_training", time.perf_counter() - t0))
+            assert {d for d, _ in world.values} == {state_digest(state)}, world.report()
+        return state
 
-    test_module.run_world, test_module.single_process_training = timed, timed_oracle
+    test_module.run_world, test_module.oracle_state = timed, timed_oracle
 
 
 def baseline(repeat: int) -> tuple[float, float, float]:
@@ -152,22 +171,25 @@ def run_property(property_test, worlds: list) -> tuple[float, Exception | None]:
     return time.perf_counter() - t0, failure
 
 
+ORACLES = ("reference_training", "oracle_state")
+
+
 def _faulted(worlds: list) -> int:
     """How many faulted worlds (one per example) ran."""
-    return len([n for n, _ in worlds if n not in ("reference_training", "single_process_training")])
+    return len([n for n, _ in worlds if n not in ORACLES])
 
 
 def split(label: str, wall: float, worlds: list) -> str:
     """``label: N examples in S s = R examples/s (per example: faulted world, oracle world, ...)``."""
-    faulted = [t for name, t in worlds if name not in ("reference_training", "single_process_training")]
+    faulted = [t for name, t in worlds if name not in ORACLES]
     oracle = [t for name, t in worlds if name == "reference_training"]
-    single = [t for name, t in worlds if name == "single_process_training"]
+    single = [t for name, t in worlds if name == "oracle_state"]
     examples = len(faulted)
     rest = wall - sum(faulted) - sum(oracle) - sum(single)
     return (
         f"{label}: {examples} examples in {wall:.2f} s = {examples / wall:.2f} examples/s "
         f"({wall / examples * 1000:.0f} ms each: faulted world {sum(faulted) / examples * 1000:.0f} ms, "
-        f"oracle world {sum(oracle) / examples * 1000:.0f} ms ({len(oracle)} run), single-process oracle "
+        f"oracle world {sum(oracle) / examples * 1000:.0f} ms ({len(oracle)} run), in-process oracle "
         f"{sum(single) / examples * 1000:.0f} ms, Hypothesis and the test {rest / examples * 1000:.0f} ms)"
     )
 
@@ -187,8 +209,8 @@ def main() -> int:
     if args.launcher_threads:
         torch.set_num_threads(args.launcher_threads)
     worlds: list = []
-    cold = {"faulted": False}
-    _timed_worlds(test_properties, worlds, cold)
+    mode = {"cold": False, "oracle_world": False}
+    _timed_worlds(test_properties, worlds, mode)
     property_test = test_properties.test_fixed_empty_batch_completes_bit_equal_to_the_oracle
     if args.mutant:
         test_properties.FIXED_EMPTY_BATCH = (_mutant(args.mutant), {"strategy": "fixed"})
@@ -213,18 +235,23 @@ def main() -> int:
         f"{faulted_warm * 1000:.0f} ms on a warm world (data-only), {cold_world * 1000:.0f} ms on a cold one "
         f"= {1 / cold_world:.1f} cold worlds/s"
     )
+    print(f"one warm world per example at most: {1 / faulted_warm:.1f} examples/s")
     rates = {}
-    for label, faulted_cold in (("old-style, faulted worlds cold", True), ("now, data-only plans warm", False)):
-        test_properties._ORACLES.clear()  # both runs compute every oracle
-        cold["faulted"] = faulted_cold
+    for label, cold, oracle_world in (
+        ("cold worlds + oracle worlds", True, True),
+        ("warm data-only worlds + oracle worlds", False, True),
+        ("now: warm data-only worlds, in-process oracle", False, False),
+    ):
+        mode.update(cold=cold, oracle_world=oracle_world)
+        test_properties._oracle_digest.cache_clear()  # every run computes every oracle
         wall, failure = run_property(property_test, worlds)
         if failure is not None:
             print(f"{label}: property 1 FAILED: {type(failure).__name__}: {failure}")
             return 1
         rates[label] = _faulted(worlds) / wall
         print(split(label, wall, worlds))
-    old, new = rates.values()
-    print(f"speed-up {new / old:.1f}x; {_load()}")
+    first, warm, now = rates.values()
+    print(f"speed-up {now / first:.1f}x over the first, {now / warm:.1f}x over warm worlds + oracle worlds; {_load()}")
     return 0
 
 

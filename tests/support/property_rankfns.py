@@ -124,3 +124,16 @@ def checkpoint_protocol(ctx, log_dir, save="atomic", sync="commit", steps=3):
             got, kind = f"{type(exc).__name__}: {exc}"[:200], "failed"
         _append(mine, {"step": step, "kind": kind, "got": got, "replica": replica})
     return "done"
+
+
+def gather_sums(ctx, sizes):
+    """For each size: this rank's random flat tensor (values over six orders of magnitude) and gloo's all_reduce
+    of it over the world, to check ``ddp_oracle.ring_allreduce`` against."""
+    out = []
+    for n in sizes:
+        generator = torch.Generator().manual_seed(1000 * n + ctx.rank)
+        mine = torch.randn(n, generator=generator) * torch.logspace(-3, 3, n)
+        summed = mine.clone()
+        dist.all_reduce(summed)
+        out.append((mine, summed))
+    return out
