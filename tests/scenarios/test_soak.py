@@ -119,13 +119,26 @@ def _soak(*args, out):
 
 
 def _watch(proc, until=None) -> set:
-    """Every process seen below ``proc`` until it exits (or ``until()`` is true); fails after RUN_TIMEOUT."""
+    """Every process seen below ``proc`` until it exits (or ``until(seen)`` is true); fails after RUN_TIMEOUT."""
     seen, deadline = set(), time.monotonic() + RUN_TIMEOUT
-    while proc.poll() is None and not (until and until()):
+    while proc.poll() is None and not (until and until(seen)):
         assert time.monotonic() < deadline, "the soak did not finish in time"
         seen.update(descendants(proc.pid))
         time.sleep(0.05)
     return seen
+
+
+def _ranks(soak_pid, pids) -> list[int]:
+    """The live processes of ``pids`` that the soak did not start itself: ranks, forked by its fork server."""
+    found = []
+    for pid in alive(pids):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != soak_pid:
+                    found.append(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
 
 
 def _hog_pids(pids) -> list[int]:
@@ -186,12 +199,17 @@ def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(t
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
     """Ctrl-C prints the counts so far and exits 130; SIGTERM exits 143; after SIGKILL the hogs die with their
-    parent (PR_SET_PDEATHSIG). In every case no hog, rank or fork server is left."""
+    parent (PR_SET_PDEATHSIG). In every case no hog, rank or fork server is left. Ctrl-C comes after the first
+    round (so there are counts to print); SIGTERM and SIGKILL as soon as the hog spins and a world's ranks run."""
     out_path = tmp_path / "out.txt"
     with open(out_path, "wb") as out:
         proc = _soak("--rounds", "1000", "--hogs", "1", TINY, out=out)  # one hog: a second would starve other tests
+    if signum == signal.SIGINT:
+        ready = lambda seen: "round 1/1000" in out_path.read_text()  # noqa: E731
+    else:
+        ready = lambda seen: _hog_pids(seen) and _ranks(proc.pid, seen)  # noqa: E731
     try:
-        seen = _watch(proc, until=lambda: "round 1/1000" in out_path.read_text())
+        seen = _watch(proc, until=ready)
         assert proc.poll() is None, out_path.read_text()
         seen.update(descendants(proc.pid))
         hogs = _hog_pids(seen)
