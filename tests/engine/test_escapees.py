@@ -47,24 +47,30 @@ LAUNCHER = textwrap.dedent(
     import escapefns
     from ddpfaults import run_world
     if __name__ == "__main__":
-        result = run_world(escapefns.start_escapee, world_size=2, args=({directory!r}, {how!r}), kwargs={kwargs!r},
-                           stall=60, timeout=120)
-        print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
-                          "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
-                          "tracker": multiprocessing.resource_tracker._resource_tracker._pid}}))
+        for directory, how, kwargs in {runs!r}:
+            result = run_world(escapefns.start_escapee, world_size=2, args=(directory, how), kwargs=kwargs,
+                               stall=60, timeout=120)
+            print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
+                              "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
+                              "tracker": multiprocessing.resource_tracker._resource_tracker._pid}}))
     """
 )
 
 
-def _launcher(tmp_path, how, **kwargs):
+def _launcher(tmp_path, runs):
+    """A launcher process running one 2-rank world of ``start_escapee`` per ``(directory, how, kwargs)``."""
     script = tmp_path / "launcher.py"
-    script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path), how=how, kwargs=kwargs))
+    script.write_text(LAUNCHER.format(support=SUPPORT, runs=[(str(d), how, kw) for d, how, kw in runs]))
     return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("how", ["session", "daemon"])
-def test_nothing_outlives_a_launcher_that_exits(tmp_path, how):
-    launcher = _launcher(tmp_path, how)
+def test_nothing_outlives_a_launcher_that_exits(tmp_path):
+    """A launcher runs a world whose ranks start processes in sessions of their own, then one whose ranks
+    daemonize one, and exits: the ranks, those processes, the fork server and the resource tracker are all gone."""
+    directories = [tmp_path / how for how in ("session", "daemon")]
+    for directory in directories:
+        directory.mkdir()
+    launcher = _launcher(tmp_path, [(d, d.name, {}) for d in directories])
     try:
         out, err = launcher.communicate(timeout=120)
     finally:
@@ -72,10 +78,12 @@ def test_nothing_outlives_a_launcher_that_exits(tmp_path, how):
             launcher.kill()
             launcher.communicate()
     assert launcher.returncode == 0, err
-    run = json.loads(out.splitlines()[-1])
-    assert run["outcome"] == "completed" and run["fork_server"] and run["tracker"]
-    pids = run["ranks"] + escapefns.written_pids(tmp_path, 2) + [run["fork_server"], run["tracker"]]
-    assert len(pids) == 6
+    runs = [json.loads(line) for line in out.splitlines()[-2:]]
+    assert [r["outcome"] for r in runs] == ["completed", "completed"] and runs[0]["fork_server"] and runs[0]["tracker"]
+    assert {(r["fork_server"], r["tracker"]) for r in runs} == {(runs[0]["fork_server"], runs[0]["tracker"])}
+    escapees = [pid for d in directories for pid in escapefns.written_pids(d, 2)]
+    pids = [pid for r in runs for pid in r["ranks"]] + escapees + [runs[0]["fork_server"], runs[0]["tracker"]]
+    assert len(set(pids)) == 10
     left = _wait_for_none_alive(pids, 15)
     assert left == [], f"alive after the launcher exited: {left} (ranks, escapees, fork server, tracker: {pids})"
 
@@ -95,7 +103,7 @@ def _wait_for_none_alive(pids, timeout):
 def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path, how, kwargs):
     """SIGKILL runs no clean-up in the launcher. In the second case rank 1 is already dead (its daemon, holding
     its sockets, keeps rank 0 waiting): its daemon is below no rank any more, only below the fork server."""
-    launcher = _launcher(tmp_path, how, **kwargs)
+    launcher = _launcher(tmp_path, [(tmp_path, how, kwargs)])
     try:
         escapees = wait_for(
             lambda: len(escapefns.written_pids(tmp_path, 2)) == 2 and escapefns.written_pids(tmp_path, 2),
@@ -137,6 +145,7 @@ dist.init_process_group("gloo")
 scratch = tempfile.mkdtemp(prefix="ckpt-")
 with open(os.path.join({directory!r}, f"scratch{{dist.get_rank()}}"), "w") as f:
     f.write(scratch)
+dist.barrier()  # both ranks made theirs before either crashes (a crash ends the world at once)
 raise RuntimeError("the script crashed before removing its scratch directory")
 """
 

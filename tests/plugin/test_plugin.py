@@ -282,7 +282,7 @@ def test_flight_recorder_dumps_one_folder_per_world_named_by_its_test_id(every_o
 
 def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch):
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    off = user.runpytest_subprocess("-k", "completes", timeout=RUN_TIMEOUT)
+    off = user.runpytest_inprocess("-k", "completes")  # no plugin, so no world: no subprocess needed
     off.stdout.fnmatch_lines(["*no tests ran*"])
     result, document = run(user, "-k", "completes")
     result.assert_outcomes(passed=1)
