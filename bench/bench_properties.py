@@ -206,6 +206,8 @@ def main() -> int:
     import test_properties
     import torch
 
+    import ddp_oracle
+
     if args.launcher_threads:
         torch.set_num_threads(args.launcher_threads)
     worlds: list = []
@@ -243,7 +245,8 @@ def main() -> int:
         ("now: warm data-only worlds, in-process oracle", False, False),
     ):
         mode.update(cold=cold, oracle_world=oracle_world)
-        test_properties._oracle_digest.cache_clear()  # every run computes every oracle
+        test_properties._oracle_digest.cache_clear()  # every run computes every oracle, from scratch
+        ddp_oracle._BEFORE_STEP.clear()
         wall, failure = run_property(property_test, worlds)
         if failure is not None:
             print(f"{label}: property 1 FAILED: {type(failure).__name__}: {failure}")
