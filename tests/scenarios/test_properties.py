@@ -10,7 +10,6 @@ property, and puts the world's report in the assertion message.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -367,16 +366,10 @@ def test_fixed_empty_batch_completes_bit_equal_to_the_oracle(plan, seed):
     assert len(set(result.values)) == 1, _why(f"replicas differ: {result.values}", result)
     assert _unfired(plan, result) == [], _why("a planned empty batch never fired", result)
 
-    oracle = _oracle_digest(seed, cells)
+    oracle = state_digest(oracle_state(seed, cells, world_size=WORLD, steps=STEPS))
     assert result.values[0] == oracle, _why(
         f"final parameters differ from the oracle's: fixed {result.values[0]}, oracle {oracle}", result
     )
-
-
-@functools.cache
-def _oracle_digest(seed: int, cells: tuple) -> str:
-    """The in-process oracle's digest for (seed, cells), once per key (shrinking and the examples revisit plans)."""
-    return state_digest(oracle_state(seed, cells, world_size=WORLD, steps=STEPS))
 
 
 # == property 2: the naive early return fails iff some but not all ranks are empty at some step ====

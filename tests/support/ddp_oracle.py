@@ -123,7 +123,8 @@ def _train(seed: int, cells, world_size: int, steps: int) -> dict:
     for step in range(start, steps):
         empty = {r for r, s in cells if s == step}
         if len(empty) < world_size:
-            order, rebuilt = _step(model, params, optimizer, seed, step, empty, world_size, order, rebuilt)
+            order = _step(model, params, optimizer, seed, step, empty, world_size, order, rebuilt)
+            rebuilt = True
         _BEFORE_STEP[_prefix(seed, world_size, cells, step + 1)] = (_state(model), order, rebuilt)
     return _state(model)
 
@@ -132,8 +133,8 @@ def _state(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _step(model, params, optimizer, seed, step, empty, world_size, order, rebuilt) -> tuple:
-    """One DDP step of every rank; the bucket order (and whether it was rebuilt) after it."""
+def _step(model, params, optimizer, seed, step, empty, world_size, order, rebuilt) -> list:
+    """One DDP step of every rank; the bucket order after it (rank 0's ready order, once DDP rebuilds)."""
     batches = [make_batch(seed=seed, rank=r, step=step, empty=r in empty) for r in range(world_size)]
     total = float(sum(len(t["labels"]) for _, targets in batches for t in targets))
     criterion = _GlobalCount(torch.tensor([total]) / world_size)
@@ -150,4 +151,4 @@ def _step(model, params, optimizer, seed, step, empty, world_size, order, rebuil
         p.grad = summed[offset : offset + p.numel()].view_as(p).clone()
         offset += p.numel()
     optimizer.step()
-    return (order, True) if rebuilt else (next_order, True)
+    return order if rebuilt else next_order

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import subprocess
+import sys
 import time
+
+import pytest
 
 from ddpfaults.engine import census
 
@@ -53,12 +58,6 @@ def run_once(tmp_path_factory, name: str, files: dict, *args):
     the tests that each check one part of it: it runs once per test run (an xdist worker that finds it done, or
     running, waits for it and reads what it left) and pays one interpreter and fork server for all of them.
     Returns (``pytest.RunResult``, report document, the session's directory)."""
-    import fcntl
-    import subprocess
-    import sys
-
-    import pytest
-
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist workers' basetemps are siblings
     directory, saved = shared / name, shared / name / "session.json"
