@@ -36,8 +36,8 @@ def _daemonize(path):
 
 def start_escapee(ctx, directory, how, crash_rank=None, hang=False):
     """Every rank starts a sleeping process of the kind ``how`` ("session" or "daemon") and writes its pid to
-    ``directory/escapee{rank}.pid`` (its own to ``rank{rank}.pid``); then rank ``crash_rank`` raises, or (``hang``)
-    rank 0 skips the all_reduce the others wait in."""
+    ``directory/escapee{rank}.pid`` (its own to ``rank{rank}.pid``); once every rank has (a barrier), rank
+    ``crash_rank`` raises, or (``hang``) rank 0 skips the all_reduce the others wait in."""
     _write(os.path.join(directory, f"rank{ctx.rank}.pid"), os.getpid())
     path = os.path.join(directory, f"escapee{ctx.rank}.pid")
     if how == "session":
@@ -47,6 +47,7 @@ def start_escapee(ctx, directory, how, crash_rank=None, hang=False):
     else:
         _daemonize(path)
     ctx.step(0)
+    dist.barrier()  # both ranks started theirs before either crashes (a crash ends the world at once) or skips
     if ctx.rank == crash_rank:
         raise RuntimeError("a rank that started a process of its own crashed")
     if hang and ctx.rank == 0:
