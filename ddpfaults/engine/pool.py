@@ -33,12 +33,13 @@ from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
-#: collectives a warm world's flight record may hold before the world is retired (killed, not pooled): each rank
-#: dumps its whole record (torch's ring buffer: every job's collectives) after each job and the judge reads it, so
-#: runs get slower as it fills. Measured (empty-batch trainer, 4 ranks, 14 collectives a job, load 3.5): 106 ms a
-#: run after 25 jobs, 196 ms after 100, 403 ms after 200; flat at about 105 ms with the buffer capped at 60 entries.
-#: A cold start costs about 250 ms, so a world is retired after some 256 collectives (18 such jobs).
-RECORD_LIMIT = 256
+#: collectives a warm world's flight record may hold before the world is retired (killed, not pooled). torch keeps
+#: every job's collectives in its ring buffer; a rank writes only its job's (the judge reads no others), but torch's
+#: dump still copies out the whole buffer, so each job's dump is slower than the last. Measured (empty-batch
+#: trainer, 4 ranks, 14 collectives a job): a rank's dump takes 1.5 ms at 0-170 entries, 4.8 at 340-500, 10 at
+#: 500-840; a cold start costs about 125 ms more than a warm run. Retiring at 512 collectives (36 such jobs) costs
+#: some 5 ms a job on average, the least of 256 (8), 512 and 1024 (the dumps then cost more than the starts).
+RECORD_LIMIT = 512
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
 #: dump import torch._dynamo: ~1 s of CPU per rank otherwise); the first sets the fork server up to keep, and at

@@ -48,13 +48,15 @@ class EventLog:
     def __init__(self, path: str):
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
-    def emit(self, kind: str, **fields) -> None:
+    def emit(self, kind: str, **fields) -> dict:
         """Write one event stamped with the system-wide monotonic clock (``t``, the judge's) and the wall clock
-        (``wall``: torch's flight recorder stamps collectives with it, so steps and collectives order exactly)."""
+        (``wall``: torch's flight recorder stamps collectives with it, so steps and collectives order exactly);
+        return it."""
         fields["k"] = kind
         fields["t"] = time.monotonic()
         fields["wall"] = time.time()
         os.write(self._fd, (json.dumps(fields, default=str) + "\n").encode())
+        return fields
 
 
 def _default_group_seq() -> int | None:

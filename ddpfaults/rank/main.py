@@ -208,14 +208,14 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
-    events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)
+    started = events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)["wall"]
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
-    recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file)
+    recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file, since_wall=started)  # the judge's cut too
     recorder.start()
 
     def publish(result):
         recorder.stop()
-        flight.write(flight_path)
+        flight.write(flight_path, since_wall=started)
         _write_result(result_path, result)
 
     torch.set_num_threads(config.threads)

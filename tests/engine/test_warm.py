@@ -2,6 +2,7 @@
 fresh one); any other fault, a failure, unmatched collectives or leftover state gets a world torn down."""
 
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -281,9 +282,22 @@ def test_warm_ranks_die_with_the_launcher_at_exit(tmp_path):
     assert len(pids) == 3 and alive(pids) == []
 
 
+def test_a_reused_worlds_flight_record_holds_only_its_own_jobs_collectives(tmp_path):
+    """torch's record keeps every job's collectives; a rank's dump (what the judge reads and the user's
+    --ddpfaults-flight-recorder directory gets) holds its job's only, numbered on from the earlier jobs'."""
+    runs = [run_world(rankfns.all_reduce_steps, world_size=2, flight_recorder_dir=tmp_path / str(i)) for i in (0, 1)]
+    assert [(r.warm, r.reused) for r in runs] == [(False, True), (True, True)]
+    for i, run in enumerate(runs):
+        for rank in (0, 1):
+            with open(tmp_path / str(i) / f"rank_{rank}", "rb") as f:
+                entries = pickle.load(f)["entries"]
+            assert [e["collective_seq_id"] for e in entries] == [4 * i + n for n in (1, 2, 3, 4)]
+            assert len(run.ranks[rank].collectives) == 4
+
+
 def test_a_warm_world_is_retired_once_its_flight_record_passes_the_limit(monkeypatch):
-    """Every job's collectives stay in the ranks' flight records (dumped and read after each job): a world that
-    holds more than RECORD_LIMIT of them is killed, and the next run starts a fresh one."""
+    """Every job's collectives stay in torch's flight record (each job's dump copies it out): a world that holds
+    more than RECORD_LIMIT of them is killed, and the next run starts a fresh one."""
     monkeypatch.setattr(pool, "RECORD_LIMIT", 10)  # all_reduce_steps makes 4 collectives a job
     runs = [run_world(rankfns.all_reduce_steps, world_size=2) for _ in range(4)]
     assert [(r.warm, r.reused) for r in runs] == [(False, True), (True, True), (True, False), (False, True)]

@@ -10,7 +10,7 @@ from ddpfaults.rank import flight
 
 def test_concurrent_dumps_of_one_path_never_collide(tmp_path, monkeypatch):
     """The recorder thread and the job's end may dump at the same moment: both succeed, one file is left."""
-    monkeypatch.setattr(flight, "dump", lambda: b"x" * 100_000)
+    monkeypatch.setattr(flight, "dump", lambda since_wall=None: b"x" * 100_000)
     path = str(tmp_path / "rank0.fr")
     results, start = [], threading.Barrier(8)
 
@@ -28,7 +28,7 @@ def test_concurrent_dumps_of_one_path_never_collide(tmp_path, monkeypatch):
 
 
 def test_a_dump_that_cannot_be_written_is_not_an_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(flight, "dump", lambda: b"x")
+    monkeypatch.setattr(flight, "dump", lambda since_wall=None: b"x")
     assert flight.write(str(tmp_path / "missing" / "rank0.fr")) is False
 
 
