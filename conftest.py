@@ -17,7 +17,7 @@ except ImportError:
 else:
     settings.register_profile(
         "ci",
-        max_examples=20,
+        max_examples=12,  # a property at scale 1 runs 12 worlds; the deep profile 200
         deadline=None,
         derandomize=True,
         database=None,

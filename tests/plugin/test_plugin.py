@@ -16,62 +16,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ddpfaults.report.document import read_document
-from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run, run_once
+from plugin_user import SCENARIOS, STEPS, every_option_session
+from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
 from processes import alive, descendants
-
-STEPS = '''
-import os
-import time
-
-import torch
-import torch.distributed as dist
-
-
-def steps(ctx, steps=3):
-    """All-reduce a ones tensor once per step."""
-    t = torch.ones(1)
-    for step in range(steps):
-        ctx.step(step)
-        dist.all_reduce(t)
-    return float(t)
-
-
-def idle(ctx, directory):
-    """Write this rank's pid into ``directory``, then sleep forever outside any collective (not waiting on a peer:
-    never judged hung, only timed out; and no CPU taken from the tests running beside it)."""
-    with open(os.path.join(directory, f"rank{ctx.rank}.pid"), "w") as f:
-        f.write(str(os.getpid()))
-    ctx.step(0)
-    while True:
-        time.sleep(0.05)
-'''
-
-SCENARIOS = '''
-import ddpfaults
-from ddpfaults.faults import RankCrash, SkippedCollective
-from rankfns_user import steps
-
-
-@ddpfaults.scenario(world_size=2, expect="completed")
-def completes(ctx):
-    """Two ranks all-reduce three times."""
-    return steps(ctx)
-
-
-@ddpfaults.scenario(world_size=2, stall=0.5, faults=[SkippedCollective(rank=1, step=1)], expect="completed")
-def skips_a_collective(ctx):
-    """Rank 1 skips step 1's all_reduce: the world hangs, but this scenario claims it completes."""
-    return steps(ctx)
-
-
-@ddpfaults.scenario(world_size=2, faults=[RankCrash(rank=1, step=1, exc=KeyError("mask"))], variants=[
-    ddpfaults.variant("exit", expect="crashed with KeyError on rank 1"),
-    ddpfaults.variant("claims_completed", expect="completed"),
-])
-def crashes(ctx):
-    """Rank 1 raises KeyError at step 1."""
-    return steps(ctx)
-'''
 
 
 @pytest.fixture
@@ -139,20 +86,8 @@ def test_settings_resolve_command_line_then_environment_then_ini(user, monkeypat
 
 @pytest.fixture
 def every_option(tmp_path_factory):
-    """The four scenario_user items run once, with two xdist workers, a JUnit XML file, the HTML page and
-    flight-recorder dumps: (result, report document, session directory), shared by the tests below."""
-    result, document, directory = run_once(
-        tmp_path_factory,
-        "every_option",
-        {"rankfns_user": STEPS, "scenario_user": SCENARIOS},
-        "-n",
-        "2",
-        "--junitxml=junit.xml",
-        "--ddpfaults-html=out/worlds.html",
-        "--ddpfaults-flight-recorder=fr",
-    )
-    assert_no_orphans(document)
-    return result, document, directory
+    """``plugin_user.every_option_session``: (result, report document, session directory)."""
+    return every_option_session(tmp_path_factory)
 
 
 def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properties(every_option):
@@ -280,14 +215,15 @@ def test_flight_recorder_dumps_one_folder_per_world_named_by_its_test_id(every_o
 # -- loading the plugin ---------------------------------------------------------------------------
 
 
-def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch):
+def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch, every_option):
+    """Without autoload and without ``-p ddpfaults`` no scenario is collected; with ``-p ddpfaults`` the every-option
+    session (autoload off) ran every world."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     off = user.runpytest_inprocess("-k", "completes")  # no plugin, so no world: no subprocess needed
     off.stdout.fnmatch_lines(["*no tests ran*"])
-    result, document = run(user, "-k", "completes")
-    result.assert_outcomes(passed=1)
+    result, document, _ = every_option
     result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=60s stall=2s startup=30s seed=0*"])
-    assert_no_orphans(document)
+    assert len(document["worlds"]) == 4
 
 
 def test_autoload_plus_dash_p_registers_the_plugin_once(user):

@@ -19,7 +19,7 @@ from ddpfaults.errors import ReportFileError
 from ddpfaults.faults import SkippedCollective
 from ddpfaults.report.chrome_trace import SCHEMA, STEPS_TID, trace_document, write_trace
 from ddpfaults.report.document import collective_numbers, read_document, world_time, write_document
-from pluginruns import assert_no_orphans, isolate, run
+from plugin_user import every_option_session
 
 EPS = 1e-3  # microseconds: times are rounded to nanoseconds
 RANK_INSTANTS = {"start", "fault", "log", "failed", "finished", "exited", "killed"}
@@ -559,56 +559,23 @@ def test_real_ctx_ddp_world_draws_each_collective_once_and_the_clocks_agree(ctx_
 
 # -- the pytest option, end to end -------------------------------------------------------------------------
 
-STEPS = """
-import torch
-import torch.distributed as dist
 
-
-def steps(ctx, steps=3):
-    t = torch.ones(1)
-    for step in range(steps):
-        ctx.step(step)
-        dist.all_reduce(t)
-    return float(t)
-"""
-
-SCENARIOS = """
-import ddpfaults
-from ddpfaults.faults import SkippedCollective
-from rankfns_user import steps
-
-
-@ddpfaults.scenario(world_size=2, expect="completed")
-def completes(ctx):
-    return steps(ctx)
-
-
-@ddpfaults.scenario(world_size=3, stall=0.5, faults=[SkippedCollective(rank=1, step=1)], expect="hung")
-def hangs(ctx):
-    return steps(ctx)
-"""
-
-
-@pytest.fixture
-def user(pytester, monkeypatch):
-    """A pytester dir holding a rank function and a user scenario module (see ``pluginruns.isolate``)."""
-    return isolate(pytester, monkeypatch, rankfns_user=STEPS, scenario_user=SCENARIOS)
-
-
-def test_plugin_option_writes_the_trace(user):
-    result, _ = run(user, "--ddpfaults-trace=out/trace.json")
-    report = read_document(user.path / "worlds.json")
-    assert_no_orphans(report)
-    result.assert_outcomes(passed=2)
+def test_plugin_option_writes_the_trace(tmp_path_factory):
+    """``--ddpfaults-trace`` in the session every plugin report option is checked in (two xdist workers): one
+    trace of every world of both workers, the document the JSON report's worlds make."""
+    result, report, directory = every_option_session(tmp_path_factory)
     result.stdout.fnmatch_lines(["Chrome trace: out/trace.json"])
-    document = json.loads((user.path / "out" / "trace.json").read_text())
+    document = json.loads((directory / "out" / "trace.json").read_text())
     check_trace(document, report["worlds"])
     check_against_events(document, report["worlds"])
     assert document == trace_document(report)
     assert sorted(w["nodeid"] for w in document["otherData"]["worlds"]) == [
         "scenario_user.py::completes",
-        "scenario_user.py::hangs",
+        "scenario_user.py::crashes[claims_completed]",
+        "scenario_user.py::crashes[exit]",
+        "scenario_user.py::skips_a_collective",
     ]
     assert [w["outcome"] for w in document["otherData"]["worlds"]] == [w["outcome"] for w in report["worlds"]]
-    assert sum(e["name"] == "thread_name" and e["args"]["name"].endswith("steps") for e in document["traceEvents"]) == 5
+    lanes = sum(e["name"] == "thread_name" and e["args"]["name"].endswith("steps") for e in document["traceEvents"])
+    assert lanes == sum(w["world_size"] for w in report["worlds"]) == 8
     assert Counter(e["ph"] for e in document["traceEvents"])["X"] > 0

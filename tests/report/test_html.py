@@ -347,13 +347,20 @@ def _chromium(tmp_path, *args) -> str:
 
 
 def _render_in_browser(tmp_path, worlds, labels, artifact: str):
-    """Write the page, dump its DOM after the scripts ran, and save a 1400x900 screenshot as an artifact."""
+    """Write the page, dump its DOM after the scripts ran, and save a 1400x900 screenshot as an artifact (one
+    browser run does both)."""
     page = write_html(tmp_path / "report.html", worlds, nodeids=labels)
-    dom = _chromium(tmp_path, "--dump-dom", Path(page).as_uri())
     ARTIFACTS.mkdir(exist_ok=True)
     png = ARTIFACTS / f"{artifact}.png"
     png.unlink(missing_ok=True)
-    _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,900", "--hide-scrollbars", Path(page).as_uri())
+    dom = _chromium(
+        tmp_path,
+        "--dump-dom",
+        f"--screenshot={png}",
+        "--window-size=1400,900",
+        "--hide-scrollbars",
+        Path(page).as_uri(),
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     print(f"screenshot: {png}")
     return _Elements(dom)

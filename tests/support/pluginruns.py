@@ -53,11 +53,12 @@ def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
     return pids
 
 
-def run_once(tmp_path_factory, name: str, files: dict, *args):
+def run_once(tmp_path_factory, name: str, files: dict, *args, env: dict | None = None):
     """One pytest session with the plugin over ``files`` (name -> source), run in a subprocess as ``run`` does, for
     the tests that each check one part of it: it runs once per test run (an xdist worker that finds it done, or
     running, waits for it and reads what it left) and pays one interpreter and fork server for all of them.
-    Returns (``pytest.RunResult``, report document, the session's directory)."""
+    ``env``: variables set for the session. Returns (``pytest.RunResult``, report document, the session's
+    directory)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist workers' basetemps are siblings
     directory, saved = shared / name, shared / name / "session.json"
@@ -68,13 +69,13 @@ def run_once(tmp_path_factory, name: str, files: dict, *args):
             for module, source in files.items():
                 (directory / f"{module}.py").write_text(source)
             dropped = ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")
-            env = {k: v for k, v in os.environ.items() if not k.startswith("DDPFAULTS_") and k not in dropped}
+            environ = {k: v for k, v in os.environ.items() if not k.startswith("DDPFAULTS_") and k not in dropped}
             command = [sys.executable, "-m", "pytest", f"--basetemp={directory / 'tmp'}", "-p", "ddpfaults"]
             t0 = time.monotonic()
             done = subprocess.run(
                 [*command, "--ddpfaults-report=worlds.json", *args],
                 cwd=directory,
-                env=env,
+                env={**environ, **(env or {})},
                 capture_output=True,
                 text=True,
                 timeout=RUN_TIMEOUT,

@@ -137,7 +137,7 @@ def _local(spec: str, nproc: int):
     return load_case(spec).run(RunSpec(world_size=nproc))
 
 
-@pytest.mark.parametrize("nproc, variant", [(2, "completes"), (4, "hangs"), (3, "crashes")])  # each outcome once
+@pytest.mark.parametrize("nproc, variant", [(2, "completes"), (3, "hangs"), (2, "crashes")])  # each outcome once
 def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, variant):
     code, world, _ = torchrun(tmp_path, nproc, scenario(variant))
     assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
