@@ -21,7 +21,7 @@ from ddpfaults.faults import (
     WriterKilledMidSave,
 )
 from ddpfaults.judge.results import UnfiredFault, WorldResult
-from pluginruns import assert_no_orphans, isolate, run
+from plugin_user import ddp_world_session
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 PLAIN = os.path.join(SCRIPTS, "plain_train.py")
@@ -145,45 +145,20 @@ def test_cli_run_fails_on_an_unfired_fault_unless_allowed(tmp_path, capsys, monk
     assert allowed.returncode == 0 and "FaultNeverFired" not in allowed.stderr, allowed.stdout + allowed.stderr
 
 
-RANKFNS = """
-import torch
-import torch.distributed as dist
-
-
-def steps(ctx):
-    for step in range(3):
-        ctx.step(step)
-        dist.all_reduce(torch.ones(1))
-"""
-
-FIXTURE_TESTS = """
-import rankfns_fire
-from ddpfaults.faults import RankCrash
-
-
-def test_unfired(ddp_world):
-    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)])
-
-
-def test_allowed(ddp_world):
-    plan = [RankCrash(rank=1, step=9)]
-    result = ddp_world.run(rankfns_fire.steps, world_size=2, faults=plan, require_faults_fire=False)
-    assert result.unfired[0].finished == (1,)
-
-
-def test_expected(ddp_world):
-    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)], expect="completed")
-"""
-
-
-def test_the_ddp_world_fixture_fails_a_test_whose_fault_never_fired_once(pytester, monkeypatch):
-    """Without expect the fixture applies run_world's rule; with one, the Expect's faults_fire reports it: once."""
-    isolate(pytester, monkeypatch, rankfns_fire=RANKFNS, test_fixture=FIXTURE_TESTS)
-    outcome, document = run(pytester, "test_fixture.py")
-    outcome.assert_outcomes(failed=2, passed=1)
-    text = outcome.stdout.str()
+def test_the_ddp_world_fixture_fails_a_test_whose_fault_never_fired_once(tmp_path_factory):
+    """Without expect the fixture applies run_world's rule; with one, the Expect's faults_fire reports it: once.
+    (plugin_user.ddp_world_session: test_fixture.py's three tests.)"""
+    result, document, _ = ddp_world_session(tmp_path_factory)
+    result.stdout.fnmatch_lines(
+        [
+            "test_fixture.py::test_unfired FAILED*",
+            "test_fixture.py::test_allowed PASSED*",
+            "test_fixture.py::test_expected FAILED*",
+        ]
+    )
+    text = result.stdout.str()
     for name in ("test_unfired", "test_expected"):
         section = text.split(f"_ {name} _", 1)[1].split("\nreplay: ", 1)[0]  # its failure, up to the replay line
         assert section.count("FaultNeverFired") == 1, section
-    assert [w["unfired"][0]["finished"] for w in document["worlds"]] == [[1], [1], [1]]
-    assert_no_orphans(document)
+    worlds = [w for w in document["worlds"] if w["nodeid"].startswith("test_fixture.py")]
+    assert [w["unfired"][0]["finished"] for w in worlds] == [[1], [1], [1]]

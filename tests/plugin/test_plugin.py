@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ddpfaults.report.document import read_document
-from plugin_user import SCENARIOS, STEPS, every_option_session
+from plugin_user import SCENARIOS, STEPS, ddp_world_session, every_option_session
 from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
 from processes import alive, descendants
 
@@ -350,45 +350,29 @@ def test_bad_value():
 # -- the ddp_world fixture and the marker -----------------------------------------------------------
 
 
-def test_ddp_world_applies_marker_settings_and_pinned_seed_and_shows_reports(user):
-    user.makepyfile(
-        test_worlds="""
-import pytest
-import rankfns_user
-from ddpfaults.faults import SkippedCollective
-
-@pytest.mark.ddpfaults(world_size=3, stall=0.5, seed=5)
-def test_marker(ddp_world):
-    result = ddp_world.run(rankfns_user.steps)
-    assert (result.world_size, result.stall, result.seed) == (3, 0.5, 11)  # --ddpfaults-seed beats the marker
-    assert result.values == [27.0] * 3
-
-def test_asserted_hang(ddp_world):
-    result = ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)])
-    assert result.outcome == "completed"
-
-def test_expected_hang(ddp_world):
-    ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)],
-                  expect="hung in all_reduce")
-"""
-    )
-    result, document = run(user, "test_worlds.py", "-v", "--ddpfaults-show", "--ddpfaults-seed=11")
-    result.assert_outcomes(passed=2, failed=1)
+def test_ddp_world_applies_marker_settings_and_pinned_seed_and_shows_reports(tmp_path_factory):
+    """plugin_user.ddp_world_session: test_worlds.py's three tests, run with ``-v --ddpfaults-show
+    --ddpfaults-seed=11``."""
+    result, document, _ = ddp_world_session(tmp_path_factory)
+    result.assert_outcomes(passed=3, failed=3)  # and test_fixture.py's: one passed, two failed
     result.stdout.fnmatch_lines(
         [
+            "test_worlds.py::test_marker PASSED*",
+            "test_worlds.py::test_asserted_hang FAILED*",
+            "test_worlds.py::test_expected_hang PASSED*",
             "*_ test_asserted_hang _*",
             "E       AssertionError: assert *",
             "*- ddpfaults: world 1 of 1 -*",
             "ddpfaults: 2-rank gloo world HUNG in *",
             "replay: pytest -p ddpfaults test_worlds.py::test_asserted_hang --ddpfaults-seed=11",
             "*- ddpfaults: rank 1 stack (blocked) -*",
-            "3 worlds: 1 completed, 2 hung",
+            "6 worlds: 4 completed, 2 hung",
             "*_ test_worlds.py::test_marker: completed _*",  # -v with --ddpfaults-show: passing worlds are shown
             "ddpfaults: 3-rank gloo world COMPLETED in *",
         ]
     )
     assert {w["seed"] for w in document["worlds"]} == {11}
-    expectations = {w["nodeid"].split("::")[1]: w["expectation"] for w in document["worlds"]}
+    expectations = {w["nodeid"].split("::")[1]: w["expectation"] for w in document["worlds"] if "worlds" in w["nodeid"]}
     assert expectations["test_marker"] is None and expectations["test_asserted_hang"] is None, "no expect: null"
     assert (expectations["test_expected_hang"]["text"], expectations["test_expected_hang"]["held"]) == (
         "hung in all_reduce",

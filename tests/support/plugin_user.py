@@ -1,6 +1,6 @@
-"""The user's files of the plugin's end-to-end tests (a rank function module and a scenario module), and the one
-session that runs them with every report option (tests/plugin/test_plugin.py and tests/report/test_chrome_trace.py
-check parts of it)."""
+"""The user's files of the plugin's end-to-end tests (rank function modules, a scenario module, test modules using
+the ``ddp_world`` fixture) and the sessions that run them once per test run, each checked in parts by tests in
+several modules (tests/plugin/test_plugin.py, tests/report/test_chrome_trace.py, tests/engine/test_faults_fire.py)."""
 
 from pluginruns import assert_no_orphans, run_once
 
@@ -76,6 +76,76 @@ def every_option_session(tmp_path_factory):
         "--ddpfaults-trace=out/trace.json",
         "--ddpfaults-flight-recorder=fr",
         env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
+    assert_no_orphans(document)
+    return result, document, directory
+
+
+#: tests using the ddp_world fixture and the marker (checked in tests/plugin/test_plugin.py)
+WORLDS_TESTS = """
+import pytest
+import rankfns_user
+from ddpfaults.faults import SkippedCollective
+
+@pytest.mark.ddpfaults(world_size=3, stall=0.5, seed=5)
+def test_marker(ddp_world):
+    result = ddp_world.run(rankfns_user.steps)
+    assert (result.world_size, result.stall, result.seed) == (3, 0.5, 11)  # --ddpfaults-seed beats the marker
+    assert result.values == [27.0] * 3
+
+def test_asserted_hang(ddp_world):
+    result = ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)])
+    assert result.outcome == "completed"
+
+def test_expected_hang(ddp_world):
+    ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)],
+                  expect="hung in all_reduce")
+"""
+
+#: a rank function and tests whose fault never fires (checked in tests/engine/test_faults_fire.py)
+FIRE_RANKFNS = """
+import torch
+import torch.distributed as dist
+
+
+def steps(ctx):
+    for step in range(3):
+        ctx.step(step)
+        dist.all_reduce(torch.ones(1))
+"""
+
+FIRE_TESTS = """
+import rankfns_fire
+from ddpfaults.faults import RankCrash
+
+
+def test_unfired(ddp_world):
+    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)])
+
+
+def test_allowed(ddp_world):
+    plan = [RankCrash(rank=1, step=9)]
+    result = ddp_world.run(rankfns_fire.steps, world_size=2, faults=plan, require_faults_fire=False)
+    assert result.unfired[0].finished == (1,)
+
+
+def test_expected(ddp_world):
+    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)], expect="completed")
+"""
+
+
+def ddp_world_session(tmp_path_factory):
+    """test_worlds.py and test_fixture.py run once per test run with ``-v --ddpfaults-show --ddpfaults-seed=11``:
+    (result, report document, session directory)."""
+    result, document, directory = run_once(
+        tmp_path_factory,
+        "ddp_world",
+        {"rankfns_user": STEPS, "test_worlds": WORLDS_TESTS, "rankfns_fire": FIRE_RANKFNS, "test_fixture": FIRE_TESTS},
+        "test_worlds.py",
+        "test_fixture.py",
+        "-v",
+        "--ddpfaults-show",
+        "--ddpfaults-seed=11",
     )
     assert_no_orphans(document)
     return result, document, directory
