@@ -44,8 +44,9 @@ LAUNCHER = textwrap.dedent(
     """
     import json, multiprocessing.forkserver, multiprocessing.resource_tracker, sys
     sys.path.insert(0, {support!r})
-    import escapefns
+    import escapefns, rankfns
     from ddpfaults import run_world
+    from ddpfaults.engine import pool
     if __name__ == "__main__":
         for directory, how, kwargs in {runs!r}:
             result = run_world(escapefns.start_escapee, world_size=2, args=(directory, how), kwargs=kwargs,
@@ -53,24 +54,29 @@ LAUNCHER = textwrap.dedent(
             print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
                               "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
                               "tracker": multiprocessing.resource_tracker._resource_tracker._pid}}))
+        if {warm!r}:
+            assert run_world(rankfns.all_reduce_steps, world_size=3).reused
+            print(json.dumps({{"warm": pool.warm_pids()}}))
     """
 )
 
 
-def _launcher(tmp_path, runs):
-    """A launcher process running one 2-rank world of ``start_escapee`` per ``(directory, how, kwargs)``."""
+def _launcher(tmp_path, runs, warm=False):
+    """A launcher process running one 2-rank world of ``start_escapee`` per ``(directory, how, kwargs)``; with
+    ``warm``, then a 3-rank world that stays in the pool (its pids printed last)."""
     script = tmp_path / "launcher.py"
-    script.write_text(LAUNCHER.format(support=SUPPORT, runs=[(str(d), how, kw) for d, how, kw in runs]))
+    script.write_text(LAUNCHER.format(support=SUPPORT, runs=[(str(d), how, kw) for d, how, kw in runs], warm=warm))
     return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_nothing_outlives_a_launcher_that_exits(tmp_path):
     """A launcher runs a world whose ranks start processes in sessions of their own, then one whose ranks
-    daemonize one, and exits: the ranks, those processes, the fork server and the resource tracker are all gone."""
+    daemonize one, then a world it keeps warm in its pool, and exits: the ranks (the warm ones too), those
+    processes, the fork server and the resource tracker are all gone."""
     directories = [tmp_path / how for how in ("session", "daemon")]
     for directory in directories:
         directory.mkdir()
-    launcher = _launcher(tmp_path, [(d, d.name, {}) for d in directories])
+    launcher = _launcher(tmp_path, [(d, d.name, {}) for d in directories], warm=True)
     try:
         out, err = launcher.communicate(timeout=120)
     finally:
@@ -78,12 +84,14 @@ def test_nothing_outlives_a_launcher_that_exits(tmp_path):
             launcher.kill()
             launcher.communicate()
     assert launcher.returncode == 0, err
-    runs = [json.loads(line) for line in out.splitlines()[-2:]]
+    *runs, warm = [json.loads(line) for line in out.splitlines()[-3:]]
     assert [r["outcome"] for r in runs] == ["completed", "completed"] and runs[0]["fork_server"] and runs[0]["tracker"]
     assert {(r["fork_server"], r["tracker"]) for r in runs} == {(runs[0]["fork_server"], runs[0]["tracker"])}
+    assert len(warm["warm"]) == 3
     escapees = [pid for d in directories for pid in escapefns.written_pids(d, 2)]
     pids = [pid for r in runs for pid in r["ranks"]] + escapees + [runs[0]["fork_server"], runs[0]["tracker"]]
-    assert len(set(pids)) == 10
+    pids += warm["warm"]
+    assert len(set(pids)) == 13
     left = _wait_for_none_alive(pids, 15)
     assert left == [], f"alive after the launcher exited: {left} (ranks, escapees, fork server, tracker: {pids})"
 

@@ -4,9 +4,6 @@ fresh one); any other fault, a failure, unmatched collectives or leftover state 
 import os
 import pickle
 import random
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -261,25 +258,7 @@ def test_memory_of_a_warm_world_stays_flat_over_many_runs():
     assert max(growth) < 20_000, f"rank RSS grew by {growth} KiB over 30 runs"
 
 
-def test_warm_ranks_die_with_the_launcher_at_exit(tmp_path):
-    script = tmp_path / "launcher.py"
-    script.write_text(
-        textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {SUPPORT!r})
-        import rankfns
-        from ddpfaults import run_world
-        from ddpfaults.engine import pool
-        if __name__ == "__main__":
-            result = run_world(rankfns.all_reduce_steps, world_size=3)
-            assert result.reused
-            print(" ".join(map(str, pool.warm_pids())))
-    """)
-    )
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    pids = [int(p) for p in run.stdout.split()]
-    assert len(pids) == 3 and alive(pids) == []
+# warm ranks die with their launcher at exit: tests/engine/test_escapees.py::test_nothing_outlives_a_launcher_that_exits
 
 
 def test_a_reused_worlds_flight_record_holds_only_its_own_jobs_collectives(tmp_path):
