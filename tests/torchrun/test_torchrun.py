@@ -137,7 +137,9 @@ def _local(spec: str, nproc: int):
     return load_case(spec).run(RunSpec(world_size=nproc))
 
 
-@pytest.mark.parametrize("nproc, variant", [(2, "completes"), (3, "hangs"), (2, "crashes")])  # each outcome once
+#: each outcome once: completed and hung here, crashed in the rank-0 tests below (a crash of a rank that holds no
+#: seat is the local engine's everyday case; under torchrun rank 0 raising is the one that can go wrong)
+@pytest.mark.parametrize("nproc, variant", [(2, "completes"), (3, "hangs")])
 def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, variant):
     code, world, _ = torchrun(tmp_path, nproc, scenario(variant))
     assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
@@ -153,7 +155,7 @@ def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, va
     ranks = world["ranks"]
     if variant == "completes":
         assert world["outcome"] == "completed" and [r["value"] for r in ranks] == [float(nproc**4)] * nproc
-    elif variant == "hangs":
+    else:
         assert world["outcome"] == "hung" and world["root_rank"] == 1
         assert world["reason"].startswith("no progress for 1 s")
         stall, verdict = world["events"]
@@ -162,10 +164,6 @@ def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, va
         for r in ranks:
             if r["rank"] != 1:
                 assert r["state"] == "blocked" and "in all_reduce" in r["stack"] and "scenario_tr.py" in r["stack"]
-    else:
-        assert world["outcome"] == "crashed" and world["root_rank"] == 1
-        assert ranks[1]["error"] == "KeyError: 'segment_mask'" and not ranks[1]["collateral"]
-        assert all(r["collateral"] and "by peer" in r["error"] for r in ranks if r["rank"] != 1), ranks
 
 
 def test_rank0_killed_is_still_judged(tmp_path, scenario):
@@ -178,11 +176,17 @@ def test_rank0_killed_is_still_judged(tmp_path, scenario):
 
 
 def test_rank0_raising_is_still_judged_and_an_unexpected_verdict_fails_torchrun(tmp_path, scenario):
-    """rank 0 holds the judge's seat: raising, it keeps judging (the crash is its own, named); the verdict is not
-    the expected one (``completed``), so the world fails torchrun with exit 1 and the report says why, as data."""
+    """rank 0 holds the judge's seat: raising, it keeps judging (the crash is its own, named; its peer's error is
+    collateral), as the local engine judges the case; the verdict is not the expected one (``completed``), so the
+    world fails torchrun with exit 1 and the report says why, as data."""
     code, world, _ = torchrun(tmp_path, 2, scenario("rank0_raises_unexpected"))
     assert world["outcome"] == "crashed" and world["root_rank"] == 0, world["root_cause"]
     assert world["ranks"][0]["error"] == "KeyError: 'segment_mask'" and not world["ranks"][0]["collateral"]
+    assert world["ranks"][1]["collateral"] and "by peer" in world["ranks"][1]["error"], world["ranks"]
+    local = _local(scenario("rank0_raises_unexpected"), 2)
+    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
+    divergence = Divergence.from_dict(world["divergence"]) if world["divergence"] else None
+    assert (divergence and divergence.describe()) == (local.divergence and local.divergence.describe())
     assert code == 1, world["_output"][-3000:]
     assert "expected completed, observed crashed: MISMATCH" in world["_output"]
     expectation = world["expectation"]
