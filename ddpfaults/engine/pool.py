@@ -37,8 +37,9 @@ from ddpfaults.rank.main import main as rank_main
 #: every job's collectives in its ring buffer; a rank writes only its job's (the judge reads no others), but torch's
 #: dump still copies out the whole buffer, so each job's dump is slower than the last. Measured (empty-batch
 #: trainer, 4 ranks, 14 collectives a job): a rank's dump takes 1.5 ms at 0-170 entries, 4.8 at 340-500, 10 at
-#: 500-840; a cold start costs about 125 ms more than a warm run. Retiring at 512 collectives (36 such jobs) costs
-#: some 5 ms a job on average, the least of 256 (8), 512 and 1024 (the dumps then cost more than the starts).
+#: 500-840; a cold start costs about 125 ms more than a warm run. From these, retiring at 512 collectives (36 such
+#: jobs) costs about 5 ms a job on average (dumps and the shared cold start), 256 about 8, 1024 more (the dumps);
+#: bench_properties ran 9.1 and 8.9 examples/s at 1024, 10.5 and 9.7 at 256, 10.8 and 10.2 at 512.
 RECORD_LIMIT = 512
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
