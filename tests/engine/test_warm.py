@@ -25,9 +25,6 @@ from ddpfaults.faults import (
 from ddpfaults.scenario import builtin_dir, load_module
 from processes import alive
 
-#: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
-SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
-
 
 @pytest.fixture(autouse=True)
 def _empty_pool():

@@ -122,7 +122,7 @@ def _watch(proc, until=None) -> set:
     """Every process seen below ``proc`` until it exits (or ``until(seen)`` is true); fails after RUN_TIMEOUT.
 
     Each hog seen is reniced to 19: these tests need a hog to exist and die, not its load, and at nice 0 it took a
-    core from the other tests of a ``pytest -n 2`` run for the whole soak."""
+    core from the other workers of a ``pytest -n`` run for the whole soak."""
     seen, niced, deadline = set(), set(), time.monotonic() + RUN_TIMEOUT
     while proc.poll() is None and not (until and until(seen)):
         assert time.monotonic() < deadline, "the soak did not finish in time"

@@ -102,35 +102,24 @@ def test_expected_hang(ddp_world):
                   expect="hung in all_reduce")
 """
 
-#: a rank function and tests whose fault never fires (checked in tests/engine/test_faults_fire.py)
-FIRE_RANKFNS = """
-import torch
-import torch.distributed as dist
-
-
-def steps(ctx):
-    for step in range(3):
-        ctx.step(step)
-        dist.all_reduce(torch.ones(1))
-"""
-
+#: tests whose fault never fires (checked in tests/engine/test_faults_fire.py)
 FIRE_TESTS = """
-import rankfns_fire
+import rankfns_user
 from ddpfaults.faults import RankCrash
 
 
 def test_unfired(ddp_world):
-    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)])
+    ddp_world.run(rankfns_user.steps, world_size=2, faults=[RankCrash(rank=1, step=9)])
 
 
 def test_allowed(ddp_world):
     plan = [RankCrash(rank=1, step=9)]
-    result = ddp_world.run(rankfns_fire.steps, world_size=2, faults=plan, require_faults_fire=False)
+    result = ddp_world.run(rankfns_user.steps, world_size=2, faults=plan, require_faults_fire=False)
     assert result.unfired[0].finished == (1,)
 
 
 def test_expected(ddp_world):
-    ddp_world.run(rankfns_fire.steps, world_size=2, faults=[RankCrash(rank=1, step=9)], expect="completed")
+    ddp_world.run(rankfns_user.steps, world_size=2, faults=[RankCrash(rank=1, step=9)], expect="completed")
 """
 
 
@@ -140,7 +129,7 @@ def ddp_world_session(tmp_path_factory):
     result, document, directory = run_once(
         tmp_path_factory,
         "ddp_world",
-        {"rankfns_user": STEPS, "test_worlds": WORLDS_TESTS, "rankfns_fire": FIRE_RANKFNS, "test_fixture": FIRE_TESTS},
+        {"rankfns_user": STEPS, "test_worlds": WORLDS_TESTS, "test_fixture": FIRE_TESTS},
         "test_worlds.py",
         "test_fixture.py",
         "-v",

@@ -133,8 +133,14 @@ def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0):
     return proc.returncode, world, wall
 
 
-def _local(spec: str, nproc: int):
-    return load_case(spec).run(RunSpec(world_size=nproc))
+def _judged_as_locally(world: dict, spec: str, nproc: int) -> None:
+    """The torchrun world's verdict, root-cause rank and first divergent collective are the local engine's for the
+    same case (the same collective, call site, step and ranks; whether a call had completed depends on when it was
+    read)."""
+    local = load_case(spec).run(RunSpec(world_size=nproc))
+    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
+    divergence = Divergence.from_dict(world["divergence"]) if world["divergence"] else None
+    assert (divergence and divergence.describe()) == (local.divergence and local.divergence.describe())
 
 
 #: each outcome once: completed and hung here, crashed in the rank-0 tests below (a crash of a rank that holds no
@@ -146,12 +152,8 @@ def test_torchrun_verdict_matches_the_local_engine(tmp_path, scenario, nproc, va
     assert world["expectation"]["held"] is True and world["expectation"]["mismatches"] == []
     assert world["world_size"] == nproc and world["start_method"] == "torchrun"
     assert world["nodeid"].endswith(f"scenario_tr.py::steps[{variant}]")
-    local = _local(scenario(variant), nproc)
-    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
+    _judged_as_locally(world, scenario(variant), nproc)
     assert all(r["recorder"] == "flight recorder" for r in world["ranks"]), [r["recorder"] for r in world["ranks"]]
-    divergence = Divergence.from_dict(world["divergence"]) if world["divergence"] else None
-    # the same collective, call site, step and ranks (whether a call had completed depends on when it was read)
-    assert (divergence and divergence.describe()) == (local.divergence and local.divergence.describe())
     ranks = world["ranks"]
     if variant == "completes":
         assert world["outcome"] == "completed" and [r["value"] for r in ranks] == [float(nproc**4)] * nproc
@@ -183,10 +185,7 @@ def test_rank0_raising_is_still_judged_and_an_unexpected_verdict_fails_torchrun(
     assert world["outcome"] == "crashed" and world["root_rank"] == 0, world["root_cause"]
     assert world["ranks"][0]["error"] == "KeyError: 'segment_mask'" and not world["ranks"][0]["collateral"]
     assert world["ranks"][1]["collateral"] and "by peer" in world["ranks"][1]["error"], world["ranks"]
-    local = _local(scenario("rank0_raises_unexpected"), 2)
-    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank), world["root_cause"]
-    divergence = Divergence.from_dict(world["divergence"]) if world["divergence"] else None
-    assert (divergence and divergence.describe()) == (local.divergence and local.divergence.describe())
+    _judged_as_locally(world, scenario("rank0_raises_unexpected"), 2)
     assert code == 1, world["_output"][-3000:]
     assert "expected completed, observed crashed: MISMATCH" in world["_output"]
     expectation = world["expectation"]
@@ -241,7 +240,7 @@ def test_a_script_scenario_runs_under_torchrun_as_locally(tmp_path):
     spec = os.path.join(builtin_dir(), "scenario_scripts.py") + "::empty_batch_script[early_return]"
     code, world, _ = torchrun(tmp_path, 2, spec)
     assert code == 0, f"the verdict did not match the expectation:\n{world['_output'][-3000:]}"
-    local = _local(spec, 2)
-    assert (world["outcome"], world["root_rank"]) == (str(local.outcome), local.root_rank) == ("crashed", 1)
+    _judged_as_locally(world, spec, 2)
+    assert (world["outcome"], world["root_rank"]) == ("crashed", 1)
     assert "Expected to have finished reduction" in world["root_cause"]
     assert [f["rank"] for f in world["fired"]] == [1] and "DataLoader batch" in world["fired"][0]["how"]
