@@ -24,7 +24,7 @@ import pickle
 import time
 
 from ddpfaults.judge import flight
-from ddpfaults.judge.results import RankResult, RankState, WorldResult
+from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     first_divergence,
     is_waiting_stack,
@@ -255,10 +255,15 @@ def _divergence(ranks: list[RankResult], recorded: list[list]):
     divergence = None
     if len(having) >= 2:
         divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
-    if len(having) < len(ranks) and divergence is not None and len({len(g.ranks) for g in divergence.groups}) == 1:
+    unrecorded = [rank for rank in ranks if rank.rank not in having]
+    if unrecorded and divergence is not None and len({len(g.ranks) for g in divergence.groups}) == 1:
         # the survivors' records split evenly (rank 0 vs rank 2, rank 1 aborted by gloo without a dump): which rank
         # happened to leave a dump must not decide the blame (seen: 2 worlds in 120)
-        divergence = _placed_by_stack(divergence, [ranks[i] for i in range(len(ranks)) if i not in having])
+        divergence = _placed_by_stack(divergence, unrecorded)
+    elif unrecorded and having and divergence is None:
+        # the records agree (or only one rank left one): the ranks gloo aborted may still show a divergence where
+        # they died (seen: rank 0 alone recorded in 97 worlds of 100, which then blamed rank 1, and rank 0 otherwise)
+        divergence = _beside_aborted(recorded, having, unrecorded)
     if len(having) < len(ranks):
         traced = first_divergence(ranks)
         if divergence is None:
@@ -290,6 +295,34 @@ def _placed_by_stack(divergence, unrecorded: list[RankResult]):
     if len(groups[-1].ranks) == len(groups[-2].ranks):
         return None
     return dataclasses.replace(divergence, groups=tuple(groups), odd_ranks=groups[-1].ranks)
+
+
+def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[RankResult]):
+    """Agreeing records' last collective, set beside the call sites where gloo aborted the ranks without a record
+    (it aborts a receiver, with "collective mismatch" in its message, inside the collective it was making, before it
+    can dump): ranks at the record's call site join it, the others group by the site they died at; the smallest
+    group is odd. None unless every unrecorded rank was aborted so and one group is the single smallest."""
+    lasts = [recorded[i][-1] for i in having]
+    if len({(c.signature(), c.site) for c in lasts}) != 1 or len({len(recorded[i]) for i in having}) != 1:
+        return None
+    sites: dict = {lasts[0].site: list(having)}
+    for rank in unrecorded:
+        site = flight.stack_site(rank.stack)
+        if rank.state != RankState.DIED or "collective mismatch" not in (rank.error or "") or site is None:
+            return None
+        sites.setdefault(site, []).append(rank.rank)
+    groups = sorted(
+        (
+            DivergenceGroup(tuple(sorted(members)), lasts[0])
+            if site == lasts[0].site
+            else DivergenceGroup(tuple(sorted(members)), None, f"gloo aborted them in a collective at {site}")
+            for site, members in sites.items()
+        ),
+        key=lambda g: (-len(g.ranks), g.ranks[0]),
+    )
+    if len(groups) < 2 or len(groups[-1].ranks) == len(groups[-2].ranks):
+        return None
+    return Divergence(len(recorded[having[0]]), tuple(groups), groups[-1].ranks)
 
 
 def _traces_buckets(rank: RankResult) -> bool:

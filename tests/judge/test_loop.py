@@ -182,6 +182,38 @@ def test_survivors_whose_records_split_evenly_name_no_odd_rank():
     assert divergence.odd_ranks == (0,) and [g.ranks for g in divergence.groups] == [(1, 2), (0,)]
 
 
+def test_a_lone_record_is_set_beside_where_gloo_aborted_the_other_ranks():
+    """rank0_only[naive_ddp_forward] as it usually ends: gloo aborted both receivers before either dumped, so rank 0's
+    record (its evaluation's broadcast last) is the only one; the receivers' dying stacks put them in their training
+    step, so rank 0 is odd, the same blame as when every rank dumped. Nothing is placed by a stack that is missing, by
+    a death that was not gloo's mismatch abort, or when the stacks agree with the record."""
+    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.results import Collective, RankResult, RankState
+
+    setup = Collective(1, "broadcast", [[7]], "train.py:4 in main", None, note="DDP construction")
+    buffers = Collective(2, "broadcast", [[32]], "eval.py:5 in evaluate", 0, note="DDP forward broadcast")
+    aborted = (
+        "was killed by SIGABRT: Received data size doesn't match expected size. "
+        "Is there a distributed collective mismatch in your code?"
+    )
+
+    def died(rank, frame='/home/u/train.py", line 9 in step', error=aborted):
+        stack = f'File "/venv/torch/nn/parallel/distributed.py", line 1775 in _pre_forward\n  File "{frame}'
+        return RankResult(rank=rank, state=RankState.DIED, error=error, stack=stack)
+
+    rank0 = RankResult(rank=0, state=RankState.RAISED, error="Connection reset by peer", collateral=True)
+    recorded = [[setup, buffers], [], []]
+    divergence = _divergence([rank0, died(1), died(2)], recorded)
+    assert divergence.odd_ranks == (0,) and divergence.index == 2
+    assert [(g.ranks, g.call) for g in divergence.groups] == [((1, 2), None), ((0,), buffers)]
+    assert "gloo aborted them in a collective at train.py:9 in step" in divergence.describe()
+    assert _divergence([rank0, died(1), died(2, error="was killed by SIGKILL")], recorded) is None
+    assert _divergence([rank0, died(1), RankResult(rank=2, state=RankState.DIED, error=aborted)], recorded) is None
+    at_evaluate = '/home/u/eval.py", line 5 in evaluate'
+    assert _divergence([rank0, died(1, at_evaluate), died(2, at_evaluate)], recorded) is None
+    assert _divergence([rank0, died(1)], [[setup, buffers], []]) is None  # one against one
+
+
 class ExitsBetweenReads(ScriptedWorld):
     """Rank 0 writes its last event and dies between a poll's read and the liveness check that follows it (the
     launcher learns of an exit from the process, not from the event file)."""

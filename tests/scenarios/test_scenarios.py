@@ -112,10 +112,10 @@ def _signature(result):
     return result.outcome, result.root_rank, divergence
 
 
-#: cases whose evidence is a race in both modes, so the two runs need not agree: the divergent collective is DDP's
-#: forward buffer broadcast, which only the flight recorder sees, and whether a rank's dump was taken before gloo
-#: aborted it (SIGABRT) depends on timing (measured: a plain run named the divergence once in 9, a traced run 0 in
-#: 4); the case itself asserts only the crash and gloo's size error, no rank
+#: cases whose evidence is a race in both modes, so the two runs' divergences may be told differently: the divergent
+#: collective is DDP's forward buffer broadcast, which only the flight recorder sees, and whether a receiver's dump
+#: was taken before gloo aborted it (SIGABRT) depends on timing (usually only rank 0 left one, and the judge set it
+#: beside where the receivers died); the outcome and the rank named must still agree
 RACY_EVIDENCE = {"rank0_only[naive_ddp_forward]"}
 
 
@@ -133,10 +133,15 @@ def test_builtin_case_matches_its_expectation(case, monkeypatch):
         assert text in fired, f"{case.id}: no fired record containing {text!r} in:\n{fired}"
     if case.expect.outcome == "completed":
         assert all(r.state == "finished" for r in result.ranks)
-    if case in FUNCTION_CASES and case.id not in RACY_EVIDENCE and case.expect.outcome != "completed":
+    if case in FUNCTION_CASES and case.expect.outcome != "completed":
         monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
         plain = case.run(RunSpec())
-        assert _signature(plain) == _signature(result), ("plain DDP", plain.report(), result.report())
+        compared = 2 if case.id in RACY_EVIDENCE else 3  # outcome, root rank[, the divergence as told]
+        assert _signature(plain)[:compared] == _signature(result)[:compared], (
+            "plain DDP",
+            plain.report(),
+            result.report(),
+        )
 
 
 #: script scenario case -> its fn(ctx) twin (scenario_scripts.py says where torchrun's semantics differ)
