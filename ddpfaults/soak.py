@@ -3,7 +3,9 @@
 Every scenario case under ``PATHS`` (the built-ins by default; found and run as ``matrix`` does) runs ``N``
 rounds while ``K`` busy processes (hogs: ``while True`` loops started by this command) compete for the CPU.
 Per case the command prints its verdict counts over the rounds and its mismatches against the ``Expect``, and
-flags every FLIP: a case whose observed verdict or root-cause rank changed from one round to the next. The last
+flags every FLIP: a case whose observed verdict or root-cause rank changed from one round to the next. A run that
+mismatched or flipped prints its world's whole report as it happens (seed, replay command, every rank's error,
+stack and output), so a rare event can be read and replayed. The last
 line sums it up; the exit code is 1 on any flip or mismatch, 2 on bad input, 130 if stopped by Ctrl-C (the
 counts so far are still printed). The hogs are killed on every way out: normal end, exception, Ctrl-C, SIGTERM,
 and (through ``PR_SET_PDEATHSIG``) even SIGKILL of this process.
@@ -11,6 +13,7 @@ and (through ``PR_SET_PDEATHSIG``) even SIGKILL of this process.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -293,13 +296,17 @@ def main(args) -> int:
     options = RunSpec(seed=PARAM["seed"].from_text(str(args.seed), "--seed"))
     for case in cases:
         case.resolve(options)  # a case invalid for its world: the ScenarioError now, before any hog or world
-    started, runs, done, interrupted = time.monotonic(), [], 0, False
+    started, runs, done, interrupted, last = time.monotonic(), [], 0, False, {}
     print(f"soak: {_n(len(cases), 'case')} x {_n(rounds, 'round')} under {_n(hogs, 'hog')}", flush=True)
     with Hogs(hogs) as hog_set:
         try:
             for round_ in range(1, rounds + 1):
                 round_started = time.monotonic()
-                runs += [(round_, run_case(case, options)) for case in cases]
+                for case in cases:
+                    row = run_case(case, options)
+                    print(unusual_run(round_, row, last), end="", flush=True)
+                    last[case.id] = (row.observed, row.root_rank)
+                    runs.append((round_, dataclasses.replace(row, report=None)))
                 done = round_
                 seconds = time.monotonic() - round_started
                 print(progress_line(round_, rounds, len(cases), tally(runs), seconds), flush=True)
@@ -317,6 +324,20 @@ def main(args) -> int:
     if interrupted:
         return 130
     return 0 if totals(tallies).ok and not hog_set.survivors else 1
+
+
+def unusual_run(round_: int, row: Row, last: dict) -> str:
+    """The world's whole report (its seed and replay command, every rank's error, stack and output) when ``row``
+    mismatched its expectation or flipped from the case's previous round; else nothing."""
+    case = case_id(row.scenario, row.variant)
+    before = last.get(case)
+    what = [f"mismatch: {'; '.join(row.mismatches)}"] if row.mismatches else []
+    if before is not None and before != (row.observed, row.root_rank):
+        what.append(f"FLIP: {_observation((row.observed, row.root_rank))}, was {_observation(before)}")
+    if not what:
+        return ""
+    report = (row.report or "").replace("\n", "\n    ")
+    return f"round {round_}, {case}: {' / '.join(what)}\n    {report}\n"
 
 
 def _survivors(hog_set: Hogs) -> str:

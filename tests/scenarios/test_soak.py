@@ -1,6 +1,7 @@
 """The soak command: counting and flip logic on fake rows; hogs that die on every way out; the command itself in
 real worlds under a real hog (tests/support/soak_scenarios.py: one case that completes, one that crashes)."""
 
+import dataclasses
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from ddpfaults.matrix import Row
-from ddpfaults.soak import Flip, Hogs, Totals, case_lines, summary_line, tally, totals
+from ddpfaults.soak import Flip, Hogs, Totals, case_lines, summary_line, tally, totals, unusual_run
 from processes import alive, descendants, interruptible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
@@ -79,6 +80,22 @@ def test_a_mismatch_in_every_round_is_counted_per_run_and_is_no_flip():
     (t,) = tally([(r, _row("w", "completed", mismatches=[miss], expected="hung")) for r in (1, 2)])
     assert t.flips == [] and t.mismatched_runs == 2
     assert case_lines([t]) == ["s[w]  completed 2  MISMATCH", f"    mismatch in 2/2 runs: {miss}"]
+
+
+def test_a_run_that_flips_or_mismatches_prints_its_worlds_report_as_it_happens():
+    """A rare event can be read and replayed: the soak prints such a run's whole report (seed, replay command, every
+    rank's end) at once; a run like its case's previous one prints nothing."""
+    report = "ddpfaults: 2-rank gloo world CRASHED\nreplay: python -m ddpfaults run s.py:s --seed 0"
+    crashed_on = {r: dataclasses.replace(_row("v", "crashed", r, expected="crashed"), report=report) for r in (1, 3)}
+    last = {}
+    assert unusual_run(1, crashed_on[1], last) == ""  # the first round: nothing to flip from
+    last["s[v]"] = ("crashed", 1)
+    assert unusual_run(2, crashed_on[1], last) == ""
+    printed = unusual_run(2, crashed_on[3], last)
+    assert printed.startswith("round 2, s[v]: FLIP: crashed (root rank 3), was crashed (root rank 1)\n")
+    assert "\n    replay: python -m ddpfaults run s.py:s --seed 0\n" in printed
+    missed = dataclasses.replace(crashed_on[1], mismatches=["expected hung, observed crashed"], report=report)
+    assert unusual_run(3, missed, last).startswith("round 3, s[v]: mismatch: expected hung, observed crashed\n")
 
 
 # -- hogs ---------------------------------------------------------------------------------------------
