@@ -249,23 +249,23 @@ def rank_result(
 def _divergence(ranks: list[RankResult], recorded: list[list]):
     """The first divergent collective: from torch's flight recorder, over the ranks that left a dump (a rank
     killed by a signal leaves none); failing that, from ddpfaults' tracing, which every rank has but which
-    misses what DDP and libraries call themselves. The ranks compared keep the record the divergence was
-    found in (the two number collectives differently)."""
+    misses what DDP and libraries call themselves; failing both, the records set beside where gloo aborted the
+    ranks that left none. The ranks compared keep the record the divergence was found in (the two number
+    collectives differently)."""
     having = [i for i, record in enumerate(recorded) if record]
+    unrecorded = [rank for rank in ranks if rank.rank not in having]
     divergence = None
     if len(having) >= 2:
         divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
-    unrecorded = [rank for rank in ranks if rank.rank not in having]
     if unrecorded and divergence is not None and len({len(g.ranks) for g in divergence.groups}) == 1:
         # the survivors' records split evenly (rank 0 vs rank 2, rank 1 aborted by gloo without a dump): which rank
         # happened to leave a dump must not decide the blame (seen: 2 worlds in 120)
         divergence = _placed_by_stack(divergence, unrecorded)
-    elif unrecorded and having and divergence is None:
-        # the records agree (or only one rank left one): the ranks gloo aborted may still show a divergence where
-        # they died (seen: rank 0 alone recorded in 97 worlds of 100, which then blamed rank 1, and rank 0 otherwise)
-        divergence = _beside_aborted(recorded, having, unrecorded)
-    if len(having) < len(ranks):
+    if unrecorded:
         traced = first_divergence(ranks)
+        if divergence is None and traced is None and having:
+            # seen: rank 0's record alone in 97 worlds of 100 (gloo aborted both receivers first), blaming rank 1
+            divergence = _beside_aborted(recorded, having, unrecorded)
         if divergence is None:
             return traced
         if traced is not None and traced.odd_ranks != divergence.odd_ranks and all(map(_traces_buckets, ranks)):
