@@ -381,6 +381,41 @@ def test_died_rank_is_a_root_cause():
     assert text == "rank 2 was killed by SIGKILL"
 
 
+def test_a_fault_that_fired_before_a_peers_death_was_seen_is_the_root_cause():
+    """link[dropped_bucket] once in 50 soak rounds: rank 1's links were dropped (its fault) while rank 0 waited in the
+    bucket all_reduce; rank 0 died of SIGSEGV inside gloo. Dated by its last event, rank 0's death seemed first; a
+    death seen only after a peer's fault fired may be that fault's doing, so the fault's rank is named. A rank
+    seen dead before any fault fired keeps its place."""
+    entered = {"k": "enter", "t": 0.98}
+
+    def world(exited_at):
+        return [
+            rank(
+                0,
+                RankState.DIED,
+                error="was killed by SIGSEGV",
+                failed_at=0.98,
+                exitcode=-11,
+                events=[entered, {"k": "exited", "t": exited_at}],
+            ),
+            rank(
+                1,
+                RankState.RAISED,
+                error="LinkDropped: rank 1's links dropped",
+                failed_at=1.05,
+                events=[entered, {"k": "fault", "t": 1.0}, {"k": "failed", "t": 1.05}],
+            ),
+            rank(2, RankState.RAISED, error=GLOO_CLOSED, failed_at=1.1),
+        ]
+
+    ranks = world(exited_at=1.2)
+    mark_collateral(ranks)
+    assert root_cause(ranks, None, "ended")[0] == 1
+    ranks = world(exited_at=0.99)  # seen dead before the fault fired: not the fault's doing
+    mark_collateral(ranks)
+    assert root_cause(ranks, None, "ended") == (0, "rank 0 was killed by SIGSEGV")
+
+
 def test_died_rank_without_error_text_says_died():
     ranks = [rank(0, RankState.BLOCKED), rank(1, RankState.DIED, failed_at=0.2)]
     assert root_cause(ranks, None, "stall") == (1, "rank 1 died")
