@@ -49,8 +49,8 @@ LAUNCHER = textwrap.dedent(
     from ddpfaults.engine import pool
     if __name__ == "__main__":
         for directory, how, kwargs in {runs!r}:
-            result = run_world(escapefns.start_escapee, world_size=2, args=(directory, how), kwargs=kwargs,
-                               stall=60, timeout=120)
+            result = run_world(escapefns.start_escapee, world_size=len(how) if isinstance(how, list) else 2,
+                               args=(directory, how), kwargs=kwargs, stall=60, timeout=120)
             print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
                               "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
                               "tracker": multiprocessing.resource_tracker._resource_tracker._pid}}))
@@ -62,7 +62,8 @@ LAUNCHER = textwrap.dedent(
 
 
 def _launcher(tmp_path, runs, warm=False):
-    """A launcher process running one 2-rank world of ``start_escapee`` per ``(directory, how, kwargs)``; with
+    """A launcher process running one world of ``start_escapee`` per ``(directory, how, kwargs)`` (2 ranks, or one
+    per kind when ``how`` lists each rank's); with
     ``warm``, then a 3-rank world that stays in the pool (its pids printed last)."""
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(support=SUPPORT, runs=[(str(d), how, kw) for d, how, kw in runs], warm=warm))
@@ -103,32 +104,32 @@ def _wait_for_none_alive(pids, timeout):
     return alive(pids)
 
 
-@pytest.mark.parametrize(
-    "how, kwargs",
-    [("session", {"hang": True}), ("daemon", {"crash_rank": 1})],
-    ids=["session-hung", "daemon-of-a-dead-rank"],
-)
-def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path, how, kwargs):
-    """SIGKILL runs no clean-up in the launcher. In the second case rank 1 is already dead (its daemon, holding
-    its sockets, keeps rank 0 waiting): its daemon is below no rank any more, only below the fork server."""
-    launcher = _launcher(tmp_path, [(tmp_path, how, kwargs)])
+def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
+    """SIGKILL runs no clean-up in the launcher. Ranks 0 and 2 each started a process in a session of its own and
+    wait in an all_reduce; rank 1 daemonized one and is already dead: its daemon, holding its sockets, keeps its
+    peers waiting, and is below no rank any more, only below the fork server. Every process goes, and the world's
+    temp dir (the ranks remove it when they see the launcher gone). The launcher stopped by SIGINT or SIGTERM:
+    tests/engine/test_teardown.py."""
+    launcher = _launcher(tmp_path, [(tmp_path, ["session", "daemon", "session"], {"crash_rank": 1})])
     try:
         escapees = wait_for(
-            lambda: len(escapefns.written_pids(tmp_path, 2)) == 2 and escapefns.written_pids(tmp_path, 2),
+            lambda: len(escapefns.written_pids(tmp_path, 3)) == 3 and escapefns.written_pids(tmp_path, 3),
             90,
-            "both ranks to start their process",
+            "every rank to start its process",
         )
-        ranks = escapefns.written_pids(tmp_path, 2, "rank")
-        if "crash_rank" in kwargs:
-            wait_for(lambda: not alive(ranks[1:]), 30, "rank 1 to die")
+        ranks = escapefns.written_pids(tmp_path, 3, "rank")
+        wait_for(lambda: not alive(ranks[1:2]), 30, "rank 1 to die")
         time.sleep(0.3)
         assert launcher.poll() is None, "the world ended before the launcher could be killed mid-world"
+        assert alive(ranks) == [ranks[0], ranks[2]] and alive(escapees) == escapees
         everything = sorted(set(descendants(launcher.pid) + escapees + ranks))  # with the fork server and tracker
-        assert len(everything) >= 5
+        assert len(everything) >= 7
         launcher.kill()
         launcher.communicate()
         left = _wait_for_none_alive(everything, 15)
         assert left == [], f"alive 15 s after the launcher was killed: {left} (of {everything})"
+        shared_dir = (tmp_path / "shared_dir").read_text()
+        wait_for(lambda: not os.path.exists(shared_dir), 5, "the world's temp dir to be removed")
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -1,4 +1,4 @@
-"""The launcher is interrupted or killed mid-world: no rank, DataLoader worker or fork server survives."""
+"""The launcher is interrupted or terminated mid-world: no rank, DataLoader worker or fork server survives."""
 
 import json
 import os
@@ -28,8 +28,11 @@ LAUNCHER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_nothing_survives_the_launcher(tmp_path, signum):
+    """Ctrl-C or SIGTERM while a 3-rank world hangs: the launcher cleans up and exits non-zero; no rank, DataLoader
+    worker or fork server is left, nor the world's temp dir. (SIGKILL, where no clean-up of the launcher runs:
+    tests/engine/test_escapees.py, whose ranks' children left their process groups.)"""
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path)))
     output = tmp_path / "launcher.out"
@@ -63,5 +66,4 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
-    if signum != signal.SIGKILL:
-        assert launcher.returncode != 0
+    assert launcher.returncode != 0

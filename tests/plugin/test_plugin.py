@@ -17,7 +17,7 @@ import pytest
 
 from ddpfaults.report.document import read_document
 from plugin_user import SCENARIOS, STEPS, ddp_world_session, every_option_session
-from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
+from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate
 from processes import alive, descendants
 
 
@@ -400,48 +400,58 @@ def started_fork_server():
 '''
 
 
-def test_world_deadline_fires_before_pytest_timeout_and_timeout_kills_reap_ranks(user):
-    """A world asked for 60 s under a 4 s pytest-timeout is capped and judged; a plain run_world that
-    pytest-timeout (signal method) interrupts is still reaped by run_world's cleanup. The fork server is
-    started first by a fixture: how long a cold first start takes is not what these tests measure."""
+#: a conftest that writes each test's outcome and failure text as it is reported: a session that pytest-timeout's
+#: thread method ends with ``os._exit`` prints no summary
+REPORTS_AS_THEY_COME = """
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        with open("reports.txt", "a") as f:
+            f.write(f"{report.nodeid.split('::')[-1]} {report.outcome} {report.longreprtext!r}\\n")
+"""
+
+
+def test_world_deadline_and_each_pytest_timeout_method_leave_no_rank_behind(user):
+    """One session, three tests, each with a fork server started first by a fixture (how long a cold first start
+    takes is not what they measure) and a 2-rank world running when its timer fires:
+
+    - a world asked for 60 s under a 4 s pytest-timeout is capped below it and judged hung;
+    - pytest-timeout's signal method interrupts a plain run_world: it fails with pytest-timeout's message and
+      run_world's clean-up still reaps the ranks;
+    - last, pytest-timeout's thread method ends the whole pytest process with ``os._exit`` while a world runs (no
+      summary, hence the conftest): its ranks must still die.
+
+    Every rank writes its pid into its test's ``pids_*`` folder: all six are gone afterwards."""
+    user.makeconftest(REPORTS_AS_THEY_COME)
     user.makepyfile(
         test_timeouts=STARTED_FORK_SERVER
         + """
 @pytest.mark.timeout(4, func_only=True)
-def test_capped(started_fork_server, ddp_world, tmp_path):
-    result = ddp_world.run(rankfns_user.idle, world_size=2, timeout=60, args=(str(tmp_path),))
+def test_capped(started_fork_server, ddp_world):
+    os.makedirs("pids_capped")
+    result = ddp_world.run(rankfns_user.idle, world_size=2, timeout=60, args=("pids_capped",))
     assert result.outcome == "hung" and result.timeout < 4 * 0.9
     assert result.reason.startswith("hard timeout")
 
 @pytest.mark.timeout(2.5, method="signal", func_only=True)
 def test_signal_kill(started_fork_server):
-    os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids",))
-"""
-    )
-    result, document = run(user, "test_timeouts.py")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*Failed: Timeout (>2.5s) from pytest-timeout*"])
-    assert len(assert_no_orphans(document, pid_dir=user.path / "pids")) == 4
+    os.makedirs("pids_signal")
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids_signal",))
 
-
-def test_pytest_timeout_thread_method_exit_leaves_no_rank_behind(user):
-    """pytest-timeout's thread method ends the pytest process with ``os._exit`` while a world runs: its ranks
-    must still die. The fixture starts the fork server first (a cold first start can take longer than any
-    fixed timeout) and the timer covers the test function only, so both ranks are up when it fires."""
-    user.makepyfile(
-        test_thread=STARTED_FORK_SERVER
-        + """
 @pytest.mark.timeout(3, method="thread", func_only=True)
 def test_thread_kill(started_fork_server):
-    os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids",))
+    os.makedirs("pids_thread")
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids_thread",))
 """
     )
-    result = user.runpytest_subprocess("-p", "ddpfaults", "test_thread.py", timeout=RUN_TIMEOUT)
+    result = user.runpytest_subprocess("-p", "ddpfaults", "test_timeouts.py", timeout=RUN_TIMEOUT)
     assert result.ret != 0
-    result.stdout.fnmatch_lines(["*Timeout*"])
-    assert len(assert_no_orphans(pid_dir=user.path / "pids")) == 2
+    result.stdout.fnmatch_lines(["*Timeout*"])  # the thread method's stack dump
+    reports = (user.path / "reports.txt").read_text().splitlines()
+    assert [line.split()[:2] for line in reports] == [["test_capped", "passed"], ["test_signal_kill", "failed"]]
+    assert "Failed: Timeout (>2.5s) from pytest-timeout" in reports[1]
+    assert "passed" not in result.stdout.str().splitlines()[-1], "the thread method did not end the session"
+    pids = [assert_no_orphans(pid_dir=user.path / f"pids_{test}") for test in ("capped", "signal", "thread")]
+    assert [len(p) for p in pids] == [2, 2, 2]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)

@@ -222,47 +222,65 @@ def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(t
     assert (data["runs"], data["flips"], data["mismatches"], data["ok"]) == (4, 0, 0, True)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-def test_a_soak_stopped_mid_round_kills_its_hogs(tmp_path, signum):
-    """Ctrl-C prints the counts so far and exits 130; SIGTERM exits 143; after SIGKILL the hogs die with their
-    parent (PR_SET_PDEATHSIG). In every case no hog, rank or fork server is left. Ctrl-C comes after the first
-    round (so there are counts to print); SIGTERM and SIGKILL as soon as the hog spins and a world's ranks run."""
+def test_a_soak_stopped_mid_round_by_ctrl_c_prints_its_counts_and_leaves_nothing(tmp_path):
+    """Ctrl-C after the first round, while a world runs: the counts so far, exit 130, and no hog, rank or fork
+    server left. (SIGTERM and SIGKILL: the hogs' part is the next test; a launcher's ranks dying on either is
+    tests/engine/test_teardown.py's.)"""
     out_path = tmp_path / "out.txt"
     with open(out_path, "wb") as out:
         proc = _soak("--rounds", "1000", "--hogs", "1", TINY, out=out)  # one hog: a second would starve other tests
-    if signum == signal.SIGINT:
-        ready = lambda seen: "round 1/1000" in out_path.read_text()  # noqa: E731
-    else:
-        ready = lambda seen: _hog_pids(seen) and _ranks(proc.pid, seen)  # noqa: E731
     try:
-        seen = _watch(proc, until=ready)
+        seen = _watch(proc, until=lambda seen: "round 1/1000" in out_path.read_text())
         assert proc.poll() is None, out_path.read_text()
         seen.update(descendants(proc.pid))
         hogs = _hog_pids(seen)
-        assert len(hogs) == 1, seen
-        proc.send_signal(signum)
+        assert len(hogs) == 1 and _ranks(proc.pid, seen), seen
+        proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
     output = out_path.read_text()
-    if signum == signal.SIGKILL:
-        assert _gone(hogs) == [], "a hog outlived the SIGKILLed soak"
-    else:
-        assert alive(hogs) == [], f"a hog outlived the soak:\n{output}"
+    assert alive(hogs) == [], f"a hog outlived the soak:\n{output}"
     assert _gone(seen) == [], f"processes of the soak left: {_gone(seen)}\n{output}"
-    if signum == signal.SIGINT:
-        assert proc.returncode == 130, output
-        assert "hogs: 1 started, 1 stopped" in output, output
-        assert "reduce_steps[clean]  completed " in output, output
-        assert re.search(r"\ninterrupted \(Ctrl-C\) after (\d+) complete rounds?\n", output), output
-        last = output.splitlines()[-1]
-        assert re.fullmatch(
-            r"soak: 2 cases x \d+ rounds? under 1 hog: 0 flips, 0 mismatches in \d+ runs \(\d+ s\)", last
-        ), output
-    else:
-        assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM), output
+    assert proc.returncode == 130, output
+    assert "hogs: 1 started, 1 stopped" in output, output
+    assert "reduce_steps[clean]  completed " in output, output
+    assert re.search(r"\ninterrupted \(Ctrl-C\) after (\d+) complete rounds?\n", output), output
+    last = output.splitlines()[-1]
+    assert re.fullmatch(
+        r"soak: 2 cases x \d+ rounds? under 1 hog: 0 flips, 0 mismatches in \d+ runs \(\d+ s\)", last
+    ), output
+
+
+HOG_OWNER = """
+import sys, time
+from ddpfaults.soak import Hogs
+with Hogs(1) as hogs:
+    print(hogs.pids[0], flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_hogs_die_with_a_soak_that_is_terminated_or_killed(signum):
+    """The soak's hogs inside a process stopped by SIGTERM (it exits 143 through the hogs' clean-up) or SIGKILL (no
+    clean-up runs: the hogs die with their parent, PR_SET_PDEATHSIG). Not a whole soak: what else a soak starts is a
+    launcher's (tests/engine/test_teardown.py stops one by both signals mid-world)."""
+    owner = subprocess.Popen([sys.executable, "-c", HOG_OWNER], stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    try:
+        hog = int(owner.stdout.readline())
+        assert alive([hog]) == [hog]
+        os.setpriority(os.PRIO_PROCESS, hog, 19)  # it must exist and die, not load the other tests' workers
+        owner.send_signal(signum)
+        owner.wait(timeout=60)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        owner.wait()
+    assert owner.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
+    assert _gone([hog]) == [], f"the hog outlived its owner's {signum.name}"
 
 
 def _bad_world_module(tmp_path) -> str:

@@ -17,6 +17,7 @@ from ddpfaults.judge.results import Divergence
 from ddpfaults.scenario import builtin_dir
 from ddpfaults.spec import RunSpec
 from ddpfaults.torchrun.worker import load_case
+from ddpfaults.torchrun.worker import main as worker_main
 
 SCENARIO = textwrap.dedent('''
     """All-reduce steps that complete, hang or crash; rank 0 killed; rank 0 raising where completion is expected."""
@@ -196,26 +197,19 @@ def test_rank0_raising_is_still_judged_and_an_unexpected_verdict_fails_torchrun(
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
-def test_nccl_without_cuda_is_a_clear_error(tmp_path, scenario):
-    env = {
-        **os.environ,
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "MASTER_ADDR": "localhost",
-        "MASTER_PORT": "29999",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "ddpfaults.launch", scenario("completes"), "--backend", "nccl"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert "--backend nccl needs CUDA GPUs, but torch.cuda.is_available() is False" in proc.stderr
+def test_nccl_without_cuda_is_a_clear_error(scenario, monkeypatch, capsys):
+    """The worker's own entry point (in this process: the error comes before any process group or thread; the
+    signal mask it sets first is restored) refuses NCCL without CUDA with exit code 2 and one line saying why."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        code = worker_main([scenario("completes"), "--backend", "nccl"])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    assert code == 2
+    assert "--backend nccl needs CUDA GPUs, but torch.cuda.is_available() is False" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
