@@ -31,7 +31,7 @@ class Row:
     seconds: float
     mismatches: list = field(default_factory=list)
     root_rank: int | None = None  # the rank the root cause was found on (None: no failure, or none to blame)
-    report: str | None = field(default=None, repr=False)  # the world's text report (seed, replay, every rank's end)
+    result: object = field(default=None, repr=False, compare=False)  # the WorldResult, for its report when wanted
 
     @property
     def ok(self) -> bool:
@@ -65,7 +65,7 @@ def run_case(case, options: RunSpec) -> Row:
         time.monotonic() - started,
         [str(m) for m in case.expect.mismatches(result)],
         root_rank=result.root_rank,
-        report=result.report(),
+        result=result,
     )
 
 

@@ -306,7 +306,7 @@ def main(args) -> int:
                     row = run_case(case, options)
                     print(unusual_run(round_, row, last), end="", flush=True)
                     last[case.id] = (row.observed, row.root_rank)
-                    runs.append((round_, dataclasses.replace(row, report=None)))
+                    runs.append((round_, dataclasses.replace(row, result=None)))  # the counts are all that stay
                 done = round_
                 seconds = time.monotonic() - round_started
                 print(progress_line(round_, rounds, len(cases), tally(runs), seconds), flush=True)
@@ -336,7 +336,7 @@ def unusual_run(round_: int, row: Row, last: dict) -> str:
         what.append(f"FLIP: {_observation((row.observed, row.root_rank))}, was {_observation(before)}")
     if not what:
         return ""
-    report = (row.report or "").replace("\n", "\n    ")
+    report = (row.result.report() if row.result is not None else "").replace("\n", "\n    ")
     return f"round {round_}, {case}: {' / '.join(what)}\n    {report}\n"
 
 

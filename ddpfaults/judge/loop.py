@@ -27,6 +27,7 @@ from ddpfaults.judge import flight
 from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     first_divergence,
+    gloo_aborted,
     is_waiting_stack,
     mark_collateral,
     root_cause,
@@ -299,16 +300,16 @@ def _placed_by_stack(divergence, unrecorded: list[RankResult]):
 
 def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[RankResult]):
     """Agreeing records' last collective, set beside the call sites where gloo aborted the ranks without a record
-    (it aborts a receiver, with "collective mismatch" in its message, inside the collective it was making, before it
-    can dump): ranks at the record's call site join it, the others group by the site they died at; the smallest
-    group is odd. None unless every unrecorded rank was aborted so and one group is the single smallest."""
+    (``verdict.gloo_aborted``: it aborts a receiver inside the collective it was making, before it can dump): ranks
+    at the record's call site join it, the others group by the site they died at; the smallest group is odd. None
+    unless every unrecorded rank was aborted so and one group is the single smallest."""
     lasts = [recorded[i][-1] for i in having]
     if len({(c.signature(), c.site) for c in lasts}) != 1 or len({len(recorded[i]) for i in having}) != 1:
         return None
     sites: dict = {lasts[0].site: list(having)}
     for rank in unrecorded:
         site = flight.stack_site(rank.stack)
-        if rank.state != RankState.DIED or "collective mismatch" not in (rank.error or "") or site is None:
+        if not gloo_aborted(rank) or site is None:
             return None
         sites.setdefault(site, []).append(rank.rank)
     groups = sorted(

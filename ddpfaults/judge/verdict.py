@@ -132,7 +132,7 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
             return (r.state, re.sub(r"\d+", "#", r.error or ""), r.last_step)
 
         first = min((r for r in primary if how(r) == how(primary[0])), key=lambda r: r.rank)
-        if first.state == RankState.DIED and "mismatch" in (first.error or "") and divergence is not None:
+        if gloo_aborted(first) and divergence is not None:
             odd = divergence.odd_ranks  # gloo aborts the *receiver*; the rank at fault is the one that diverged
             return odd[0], (
                 f"{format_ranks(odd)} diverged at {divergence.describe()}; gloo detected the collective "
@@ -174,6 +174,11 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
             f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
         )
     return None, "no failure"
+
+
+def gloo_aborted(rank: RankResult) -> bool:
+    """True for a rank gloo killed on a collective mismatch (it aborts the receiver whose size check failed)."""
+    return rank.state == RankState.DIED and "mismatch" in (rank.error or "")
 
 
 def _event_time(rank: RankResult, kind: str) -> float | None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,8 +86,9 @@ def test_a_mismatch_in_every_round_is_counted_per_run_and_is_no_flip():
 def test_a_run_that_flips_or_mismatches_prints_its_worlds_report_as_it_happens():
     """A rare event can be read and replayed: the soak prints such a run's whole report (seed, replay command, every
     rank's end) at once; a run like its case's previous one prints nothing."""
-    report = "ddpfaults: 2-rank gloo world CRASHED\nreplay: python -m ddpfaults run s.py:s --seed 0"
-    crashed_on = {r: dataclasses.replace(_row("v", "crashed", r, expected="crashed"), report=report) for r in (1, 3)}
+    text = "ddpfaults: 2-rank gloo world CRASHED\nreplay: python -m ddpfaults run s.py:s --seed 0"
+    world = SimpleNamespace(report=lambda: text)  # a WorldResult's report(), all unusual_run asks of it
+    crashed_on = {r: dataclasses.replace(_row("v", "crashed", r, expected="crashed"), result=world) for r in (1, 3)}
     last = {}
     assert unusual_run(1, crashed_on[1], last) == ""  # the first round: nothing to flip from
     last["s[v]"] = ("crashed", 1)
@@ -94,7 +96,7 @@ def test_a_run_that_flips_or_mismatches_prints_its_worlds_report_as_it_happens()
     printed = unusual_run(2, crashed_on[3], last)
     assert printed.startswith("round 2, s[v]: FLIP: crashed (root rank 3), was crashed (root rank 1)\n")
     assert "\n    replay: python -m ddpfaults run s.py:s --seed 0\n" in printed
-    missed = dataclasses.replace(crashed_on[1], mismatches=["expected hung, observed crashed"], report=report)
+    missed = dataclasses.replace(crashed_on[1], mismatches=["expected hung, observed crashed"])
     assert unusual_run(3, missed, last).startswith("round 3, s[v]: mismatch: expected hung, observed crashed\n")
 
 
@@ -255,7 +257,7 @@ def test_a_soak_stopped_mid_round_by_ctrl_c_prints_its_counts_and_leaves_nothing
 
 
 HOG_OWNER = """
-import sys, time
+import time
 from ddpfaults.soak import Hogs
 with Hogs(1) as hogs:
     print(hogs.pids[0], flush=True)

@@ -37,8 +37,8 @@ def _daemonize(path):
 def start_escapee(ctx, directory, how, crash_rank=None, hang=False):
     """Every rank starts a sleeping process of the kind ``how`` ("session" or "daemon"; a list: each rank's) and
     writes its pid to ``directory/escapee{rank}.pid`` (its own to ``rank{rank}.pid``, rank 0 the world's temp dir to
-    ``shared_dir``); once every rank has (a
-    barrier), rank ``crash_rank`` raises, or (``hang``) rank 0 skips the all_reduce the others wait in."""
+    ``shared_dir``); once every rank has (a barrier), rank ``crash_rank`` raises, or (``hang``) rank 0 skips the
+    all_reduce the others wait in."""
     _write(os.path.join(directory, f"rank{ctx.rank}.pid"), os.getpid())
     if ctx.rank == 0:
         _write(os.path.join(directory, "shared_dir"), ctx.shared_dir)

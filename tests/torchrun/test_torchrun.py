@@ -200,9 +200,15 @@ def test_rank0_raising_is_still_judged_and_an_unexpected_verdict_fails_torchrun(
 def test_nccl_without_cuda_is_a_clear_error(scenario, monkeypatch, capsys):
     """The worker's own entry point (in this process: the error comes before any process group or thread; the
     signal mask it sets first is restored) refuses NCCL without CUDA with exit code 2 and one line saying why."""
-    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost"}.items():
+    torchrun_env = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "localhost",
+        "MASTER_PORT": "29999",
+    }
+    for name, value in torchrun_env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MASTER_PORT", "29999")
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
         code = worker_main([scenario("completes"), "--backend", "nccl"])
