@@ -1,6 +1,6 @@
 """Property benchmark: examples per second of property 1 (tests/scenarios/test_properties.py) on 4-rank worlds.
 
-Run:  python bench/bench_properties.py [--examples 30] [--repeat 5] [--launcher-threads N]
+Run:  python bench/bench_properties.py [--examples 30] [--repeat 9] [--launcher-threads N]
                                        [--mutant skip-criterion|no-joint-skip]
 
 Runs the real property test (the fixed empty-batch strategy against its oracle) through Hypothesis with
@@ -148,8 +148,8 @@ def baseline(repeat: int) -> tuple[float, float, float]:
 
     run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"})  # start the fork server, pool a world
     times: dict = {"warm": [], "faulted warm": [], "cold": []}
-    for _ in range(repeat):
-        for name, extra in (("warm", {}), ("faulted warm", {}), ("cold", {"reuse": False})):
+    for name, extra in (("warm", {}), ("faulted warm", {}), ("cold", {"reuse": False})):  # cold last: its
+        for _ in range(repeat):  # teardown must not overlap a warm world's run
             faults = [] if name == "warm" else [EmptyBatch(rank=1, step=1)]
             t0 = time.perf_counter()
             result = run_world(empty_batch, world_size=4, kwargs={"strategy": "fixed"}, faults=faults, **extra)
@@ -203,7 +203,7 @@ def main() -> int:
     """Parse arguments, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=30, help="generated examples (explicit ones run too)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of each baseline world")
+    parser.add_argument("--repeat", type=int, default=9, help="runs of each baseline world")
     parser.add_argument("--launcher-threads", type=int, help="torch threads in this process (default: torch's)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="plant a bug and show the shrunk counterexample")
     args = parser.parse_args()

@@ -33,9 +33,10 @@ from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
-#: collectives a warm world's flight record may hold before the world is retired (killed, not pooled). torch keeps
-#: every job's collectives in its ring buffer; a rank writes only its job's (the judge reads no others), but torch's
-#: dump still copies out the whole buffer, so each job's dump is slower than the last. Measured (empty-batch
+#: collectives a warm world's flight record may hold before the world is retired (killed, not pooled), where its
+#: ranks cannot empty the record as a job starts (``flight.forget``: torch's symbols not found). torch keeps
+#: every job's collectives in its ring buffer then; a rank writes only its job's (the judge reads no others), but
+#: torch's dump still copies out the whole buffer, so each job's dump is slower than the last. Measured (empty-batch
 #: trainer, 4 ranks, 14 collectives a job): a rank's dump takes 1.5 ms at 0-170 entries, 4.8 at 340-500, 10 at
 #: 500-840; a cold start costs about 125 ms more than a warm run. From these, retiring at 512 collectives (36 such
 #: jobs) costs about 5 ms a job on average (dumps and the shared cold start), 256 about 8, 1024 more (the dumps);
@@ -215,9 +216,16 @@ def data_only(faults) -> bool:
 
 def keep(ranks: RankSet, faults, result) -> bool:
     """True if ``ranks`` may go back to the pool after ``result`` under ``faults``: a :func:`data_only` plan, a
-    world that :func:`settled`, and a flight record not past :data:`RECORD_LIMIT` (counting this job)."""
-    ranks.recorded += max((len(r.collectives) for r in result.ranks), default=0)
+    world that :func:`settled`, and a flight record not past :data:`RECORD_LIMIT` (counting this job) unless every
+    rank emptied its record as the job started."""
+    if not all(_fresh_record(r) for r in result.ranks):
+        ranks.recorded += max((len(r.collectives) for r in result.ranks), default=0)
     return data_only(faults) and settled(result) and ranks.recorded <= RECORD_LIMIT
+
+
+def _fresh_record(rank) -> bool:
+    """True if the rank's flight record held nothing of earlier jobs when its job started (its start event)."""
+    return any(e.get("k") == "start" and e.get("fresh_record") for e in rank.events)
 
 
 def settled(result) -> bool:

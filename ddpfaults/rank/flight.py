@@ -6,16 +6,23 @@ sequence ids and Python frames. A rank dumps that record (torch's own pickle, th
 ``python -m torch.distributed.flight_recorder.fr_trace`` reads) at the end of each job, before a failed rank
 exits, and whenever the judge asks: a :class:`DumpOnRequest` thread polls a request file, so a rank whose
 main thread is blocked in a gloo collective (the GIL released) still answers.
+
+A warm rank empties the record as each job starts (:func:`forget`): torch's dump copies out every entry it holds,
+so a record that kept every earlier job's collectives made each job's dump slower than the last.
 """
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
+import functools
 import os
 import pickle
 import threading
 
 import torch
+
+from ddpfaults.rank import forkserver, native
 
 BUFFER_ENTRIES = "4000"  # collectives kept per rank (torch's ring buffer) unless the user set the variable
 POLL = 0.02  # seconds between looks at the request file
@@ -43,6 +50,55 @@ def dump(since_wall: float | None = None) -> bytes | None:
     if groups:
         record["pg_config"] = groups
     return pickle.dumps(record)
+
+
+#: torch's gloo flight recorder (``c10d::FlightRecorder<c10::Event>``): the pointer its ``get()`` keeps, and its
+#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and bound to Python for
+#: NCCL only. ``reset_all`` starts a new epoch: a dump lists only the entries recorded since, and gloo retires
+#: entries by (id, epoch), so it keeps marking the new epoch's entries done.
+_RECORDER = b"_ZZN4c10d14FlightRecorderIN3c105EventEE3getEvE8instance"
+_RESET_ALL = b"_ZN4c10d14FlightRecorderIN3c105EventEE9reset_allEv"
+
+
+@functools.cache
+def _reset_all():
+    """``(address of the recorder pointer, reset_all)`` for this process's libtorch_cpu, or None if its symbol
+    table does not list both as expected (another build, another platform)."""
+    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    found = native.symbols(library, [_RECORDER, _RESET_ALL])
+    recorder, reset_all = found.get(_RECORDER), found.get(_RESET_ALL)
+    if recorder is None or reset_all is None:
+        return None
+    if (recorder.kind, recorder.size) != (native.STT_OBJECT, ctypes.sizeof(ctypes.c_void_p)):
+        return None
+    if reset_all.kind != native.STT_FUNC:
+        return None
+    return recorder.address, ctypes.CFUNCTYPE(None, ctypes.c_void_p)(reset_all.address)
+
+
+_forgets = None  # None: not tried yet in this process; then whether forgetting was seen to work
+
+
+def forget() -> bool:
+    """Empty the flight record, so that dumps hold only the collectives recorded from now on; True if it is
+    empty now. The first time in a process the record is dumped after the reset and must be empty: if it is not,
+    or torch's symbols are not found, this returns False from then on (the dump's ``since_wall`` cut still keeps
+    a job's collectives apart; the record just keeps growing)."""
+    global _forgets
+    found = _reset_all()
+    if _forgets is False or found is None:
+        return False
+    recorder = ctypes.c_void_p.from_address(found[0]).value
+    if not recorder:  # no process group has made one yet: nothing is recorded
+        return True
+    found[1](recorder)
+    if _forgets is None:
+        try:
+            left = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False)).get("entries")
+        except Exception:  # noqa: BLE001 - no dump to check against: do not rely on the reset
+            left = None
+        _forgets = left == []
+    return _forgets
 
 
 def _process_groups() -> dict:
@@ -116,3 +172,7 @@ class DumpOnRequest(threading.Thread):
         self.stopped.set()
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout=5)
+
+
+if forkserver.in_fork_server():  # resolved once there: every rank it forks inherits the addresses
+    _reset_all()

@@ -43,7 +43,7 @@ _server_pid: int | None = None
 _launcher_pid: int | None = None
 
 
-def _in_fork_server() -> bool:
+def in_fork_server() -> bool:
     """Whether this import runs from multiprocessing's fork server's ``main`` (its preload step)."""
     server = sys.modules.get("multiprocessing.forkserver")
     frame = sys._getframe(1)
@@ -101,5 +101,5 @@ def _remove_socket_dir() -> None:
         shutil.rmtree(os.path.dirname(address), ignore_errors=True)
 
 
-if _in_fork_server():
+if in_fork_server():
     _install()

@@ -208,7 +208,11 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
-    started = events.emit("start", pid=os.getpid(), main_thread=threading.main_thread().ident)["wall"]
+    # a warm rank's record still holds its earlier jobs' collectives (the first job's group is made below)
+    fresh_record = flight.forget() if dist.is_initialized() else True
+    started = events.emit(
+        "start", pid=os.getpid(), main_thread=threading.main_thread().ident, fresh_record=fresh_record
+    )["wall"]
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
     recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file, since_wall=started)  # the judge's cut too
     recorder.start()

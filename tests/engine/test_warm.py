@@ -259,8 +259,8 @@ def test_memory_of_a_warm_world_stays_flat_over_many_runs():
 
 
 def test_a_reused_worlds_flight_record_holds_only_its_own_jobs_collectives(tmp_path):
-    """torch's record keeps every job's collectives; a rank's dump (what the judge reads and the user's
-    --ddpfaults-flight-recorder directory gets) holds its job's only, numbered on from the earlier jobs'."""
+    """A rank's dump (what the judge reads and the user's --ddpfaults-flight-recorder directory gets) holds its
+    job's collectives only, numbered on from the earlier jobs' (torch numbers a group's collectives)."""
     runs = [run_world(rankfns.all_reduce_steps, world_size=2, flight_recorder_dir=tmp_path / str(i)) for i in (0, 1)]
     assert [(r.warm, r.reused) for r in runs] == [(False, True), (True, True)]
     for i, run in enumerate(runs):
@@ -271,11 +271,25 @@ def test_a_reused_worlds_flight_record_holds_only_its_own_jobs_collectives(tmp_p
             assert len(run.ranks[rank].collectives) == 4
 
 
-def test_a_warm_world_is_retired_once_its_flight_record_passes_the_limit(monkeypatch):
-    """Every job's collectives stay in torch's flight record (each job's dump copies it out): a world that holds
-    more than RECORD_LIMIT of them is killed, and the next run starts a fresh one."""
-    monkeypatch.setattr(pool, "RECORD_LIMIT", 10)  # all_reduce_steps makes 4 collectives a job
-    runs = [run_world(rankfns.all_reduce_steps, world_size=2) for _ in range(4)]
-    assert [(r.warm, r.reused) for r in runs] == [(False, True), (True, True), (True, False), (False, True)]
-    assert _pids(runs[1]) == _pids(runs[0]) and alive(_pids(runs[0])) == []
-    assert set(_pids(runs[3])).isdisjoint(_pids(runs[0])) and runs[3].values == runs[0].values == [16.0, 16.0]
+def test_a_warm_ranks_flight_record_is_emptied_as_each_job_starts_so_the_world_is_never_retired_for_it(monkeypatch):
+    """torch's own record (its dump copies out every entry it holds) holds nothing of the earlier jobs when a job
+    starts on a warm world, so the world stays pooled however many collectives its jobs made."""
+    monkeypatch.setattr(pool, "RECORD_LIMIT", 10)  # recorded_around_all_reduces makes 4 collectives a job
+    runs = [run_world(rankfns.recorded_around_all_reduces, world_size=2) for _ in range(5)]
+    assert [(r.warm, r.reused) for r in runs] == [(False, True)] + [(True, True)] * 4
+    assert {tuple(_pids(r)) for r in runs} == {tuple(_pids(runs[0]))}
+    assert [r.values for r in runs] == [[(0, 4), (0, 4)]] * 5
+    assert all(r.ranks[i].events[0]["fresh_record"] for r in runs for i in (0, 1))
+
+
+def test_a_warm_world_whose_ranks_cannot_empty_their_record_is_retired_once_it_passes_the_limit(monkeypatch):
+    """Where a rank cannot empty its record (torch's symbols not found), every job's collectives stay in it: a
+    world that holds more than RECORD_LIMIT of them is killed, and the next run starts a fresh one."""
+    monkeypatch.setattr(pool, "RECORD_LIMIT", 10)  # 4 collectives a job
+    runs = [run_world(rankfns.all_reduce_steps_keeping_the_record, world_size=2) for _ in range(5)]
+    # the first job's group is new (its record fresh); from the second on, 4, 8, then 12 > 10 collectives are held
+    kept = [(False, True), (True, True), (True, True), (True, False), (False, True)]  # (warm, pooled again)
+    assert [(r.warm, r.reused) for r in runs] == kept
+    assert [r.ranks[0].events[0]["fresh_record"] for r in runs] == [True, False, False, False, True]
+    assert _pids(runs[3]) == _pids(runs[0]) and alive(_pids(runs[0])) == []
+    assert set(_pids(runs[4])).isdisjoint(_pids(runs[0])) and runs[4].values == runs[0].values == [16.0, 16.0]

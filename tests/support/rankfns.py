@@ -16,6 +16,28 @@ def all_reduce_steps(ctx, steps=4):
     return float(t)
 
 
+def recorded_around_all_reduces(ctx, steps=4):
+    """All-reduce as :func:`all_reduce_steps`; return how many entries torch's flight record held as the function
+    started and as it ended (torch's own dump, not ddpfaults')."""
+    import pickle
+
+    def held():
+        return len(pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False))["entries"])
+
+    before = held()
+    all_reduce_steps(ctx, steps)
+    return before, held()
+
+
+def all_reduce_steps_keeping_the_record(ctx, steps=4):
+    """:func:`all_reduce_steps`, after which this rank no longer empties its flight record as a job starts (as
+    where torch's symbols are not found)."""
+    from ddpfaults.rank import flight
+
+    flight._forgets = False
+    return all_reduce_steps(ctx, steps)
+
+
 def share_a_file(ctx):
     """Rank 0 writes into shared_dir; after a barrier every rank reads it back."""
     path = os.path.join(ctx.shared_dir, "note.txt")

@@ -1,0 +1,57 @@
+"""Symbols a loaded library does not export, found in its symbol table: the address must be the one the dynamic
+linker gives for the same symbol where it is exported, or nothing is found at all."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import pytest
+import torch
+
+from ddpfaults.rank import flight, native
+
+LIBTORCH = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+#: exported by libtorch_cpu (libtorch_python calls it): the dynamic linker can say where it is
+DUMP_FR_TRACE = b"_ZN4c10d13dump_fr_traceB5cxx11Ebbb"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF and /proc/self/maps: Linux only")
+
+
+def _exported_address(library: str, name: bytes) -> int:
+    return ctypes.cast(ctypes.CDLL(library, mode=os.RTLD_NOLOAD)[name.decode()], ctypes.c_void_p).value
+
+
+def test_an_exported_function_is_found_where_the_dynamic_linker_has_it():
+    found = native.symbols(LIBTORCH, [DUMP_FR_TRACE])
+    assert found[DUMP_FR_TRACE].address == _exported_address(LIBTORCH, DUMP_FR_TRACE)
+    assert found[DUMP_FR_TRACE].kind == native.STT_FUNC and found[DUMP_FR_TRACE].size > 0
+
+
+def test_the_flight_recorders_hidden_pointer_and_reset_are_found_inside_libtorch():
+    """What :func:`ddpfaults.rank.flight.forget` calls: not exported (the dynamic linker cannot find them), listed
+    in the symbol table as an 8-byte object and a function, both inside libtorch_cpu's mapping."""
+    found = native.symbols(LIBTORCH, [flight._RECORDER, flight._RESET_ALL])
+    for name in (flight._RECORDER, flight._RESET_ALL):
+        with pytest.raises(AttributeError):
+            _exported_address(LIBTORCH, name)
+    start = native.load_address(LIBTORCH)
+    assert found[flight._RECORDER][1:] == (8, native.STT_OBJECT)
+    assert found[flight._RESET_ALL].kind == native.STT_FUNC
+    assert all(start < found[name].address < start + os.path.getsize(LIBTORCH) * 2 for name in found)
+
+
+def test_a_name_the_table_lacks_or_a_library_not_loaded_finds_nothing(tmp_path):
+    assert native.symbols(LIBTORCH, [b"_ZN4c10d10no_such_symbolEv"]) == {}
+    copy = tmp_path / "libnot_loaded.so"
+    copy.write_bytes(b"\x7fELF\x02\x01" + bytes(100))
+    assert native.load_address(str(copy)) is None
+    assert native.symbols(str(copy), [DUMP_FR_TRACE]) == {}
+
+
+def test_a_loaded_file_that_is_not_elf64_finds_nothing(tmp_path, monkeypatch):
+    text = tmp_path / "notes.txt"
+    text.write_bytes(b"not an ELF file\n" * 10)
+    monkeypatch.setattr(native, "load_address", lambda path: 0x1000)
+    assert native.symbols(str(text), [DUMP_FR_TRACE]) == {}
