@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import sys
 
@@ -12,28 +10,8 @@ from ddpfaults import faults as faults_module
 from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError, ScenarioError
 from ddpfaults.expect import Expect, Expectation, require_faults_fired
 from ddpfaults.faults.plan import parse_plan
+from ddpfaults.scenario import load_function
 from ddpfaults.spec import PARAM, STEP_CLOCKS, RunSpec, output_problem
-
-
-def _load_function(spec: str):
-    """``path/to/file.py:name`` or ``package.module:name`` → the function."""
-    target, _, name = spec.rpartition(":")
-    if not target or not name:
-        raise DDPFaultsError(f"function {spec!r}: expected FILE.py:NAME or MODULE:NAME")
-    if target.endswith(".py"):
-        if not os.path.exists(target):
-            raise DDPFaultsError(f"function {spec!r}: file {target!r} not found")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-        module_name = os.path.splitext(os.path.basename(target))[0]
-        module = importlib.import_module(module_name)
-    else:
-        module = importlib.import_module(target)
-    fn = module
-    for part in name.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise DDPFaultsError(f"function {spec!r}: {module.__name__} has no attribute {name!r}")
-    return fn
 
 
 def _parse_faults(text: str | None) -> list:
@@ -116,7 +94,7 @@ def _run(args, script_argv: list[str]):
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
     if script_argv:
         raise DDPFaultsError(f"arguments after -- are for scripts; {args.target} is a rank function (use --kwargs)")
-    kwargs, fn = _parse_kwargs(args.kwargs), _load_function(args.target)
+    kwargs, fn = _parse_kwargs(args.kwargs), load_function(args.target)
     from ddpfaults.engine.launcher import run_world  # imports torch: not before the arguments are known good
 
     return run_world(

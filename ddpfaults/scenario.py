@@ -18,6 +18,7 @@ ranks) with the declaration attached as ``fn.__ddpfaults_scenario__``.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -355,8 +356,33 @@ def scenarios_in(module) -> list[Scenario]:
     return [s for s in found if (s.module or getattr(s.fn, "__module__", None)) == module.__name__]
 
 
+def load_function(spec: str):
+    """The function ``FILE.py:NAME`` or ``MODULE:NAME`` names (a dotted NAME reaches into a class), a file imported by
+    :func:`load_module`: what ``python -m ddpfaults run`` and a replay command name."""
+    target, _, name = spec.rpartition(":")
+    if not target or not name:
+        raise DDPFaultsError(f"function {spec!r}: expected FILE.py:NAME or MODULE:NAME")
+    if target.endswith(".py"):
+        if not os.path.exists(target):
+            raise DDPFaultsError(f"function {spec!r}: file {target!r} not found")
+        module = load_module(target)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise DDPFaultsError(f"function {spec!r}: {type(exc).__name__}: {exc}") from None
+    fn = module
+    for part in name.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise DDPFaultsError(f"function {spec!r}: {module.__name__} has no attribute {name!r}")
+    return fn
+
+
 def load_module(path: str):
-    """Import a scenario module from its file path (its directory goes on sys.path, as pytest's prepend mode does)."""
+    """Import a module from its file path under its plain name (its directory goes on sys.path, as pytest's prepend
+    mode does, so that ranks unpickle its functions by that name); a module already imported from that file is
+    returned as it is."""
     path = os.path.abspath(path)
     directory, filename = os.path.split(path)
     module_name = os.path.splitext(filename)[0]
@@ -375,7 +401,7 @@ def load_module(path: str):
         raise
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise ScenarioError(f"scenario module {path} failed to import: {type(exc).__name__}: {exc}") from exc
+        raise ScenarioError(f"module {path} failed to import: {type(exc).__name__}: {exc}") from exc
     return module
 
 

@@ -22,8 +22,6 @@ Strategies compose: :func:`plan_union` merges plans drawn from several strategie
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import shlex
 import sys
@@ -311,36 +309,15 @@ def replay_command(fn, plan: Iterable[Fault], **world) -> str:
     return f"python -c {shlex.quote(f'from ddpfaults.strategies import replay; replay({args})')}"
 
 
-def _load(spec: str):
-    """The function named by ``FILE.py:NAME`` or ``MODULE:NAME``."""
-    target, _, name = spec.rpartition(":")
-    if target.endswith(".py"):
-        module_name = os.path.splitext(os.path.basename(target))[0]
-        directory = os.path.dirname(os.path.abspath(target))
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
-        module = sys.modules.get(module_name)
-        if module is None or os.path.abspath(getattr(module, "__file__", "")) != os.path.abspath(target):
-            loader_spec = importlib.util.spec_from_file_location(module_name, target)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[module_name] = module
-            loader_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    fn = module
-    for part in name.split("."):
-        fn = getattr(fn, part)
-    return fn
-
-
 def replay(spec: str, *, faults: str = "[]", **world):
     """Rerun the world :func:`replay_command` describes, print its report and return its result."""
     from ddpfaults.engine.launcher import run_world
     from ddpfaults.errors import FaultNeverFired
+    from ddpfaults.scenario import load_function
 
     plan = FaultPlan(eval(faults, plan_namespace()))  # noqa: S307 - the text is a plan's own repr
     try:
-        result = run_world(_load(spec), faults=plan, **world)
+        result = run_world(load_function(spec), faults=plan, **world)
     except FaultNeverFired as exc:
         print(exc.result.report())
         raise

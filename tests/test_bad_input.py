@@ -107,6 +107,11 @@ class Env:
         (self.tmp / name).mkdir()
         return self
 
+    def file(self, name: str, text: str) -> Env:
+        """This env, with a file ``name`` holding ``text`` under its temp dir."""
+        (self.tmp / name).write_text(text)
+        return self
+
     def setenv(self, name: str, value: str) -> Env:
         """This env, with an environment variable set for the case."""
         self.monkeypatch.setenv(name, value)
@@ -874,6 +879,34 @@ ROWS = [
         "InvalidArguments",
         ("touch.touch(ctx)", "steps=3", "unexpected keyword argument 'steps'"),
         lambda e: e.cli("run", "touch.py:touch", "--world-size", "2", "--kwargs", "{'steps': 3}"),
+    ),
+    Row(
+        "cli-function-file-missing",
+        "CLI",
+        "DDPFaultsError",
+        ("function 'missing.py:fn'", "file 'missing.py' not found"),
+        lambda e: e.cli("run", "missing.py:fn", "--world-size", "2"),
+    ),
+    Row(
+        "cli-function-name-missing",
+        "CLI",
+        "DDPFaultsError",
+        ("function 'touch.py:nope'", "touch has no attribute 'nope'"),
+        lambda e: e.cli("run", "touch.py:nope", "--world-size", "2"),
+    ),
+    Row(
+        "cli-function-file-fails-to-import",
+        "CLI",
+        "ScenarioError",
+        ("broken.py failed to import", "ModuleNotFoundError", "no_such_module_here"),
+        lambda e: e.file("broken.py", "import no_such_module_here\n").cli("run", "broken.py:fn", "--world-size", "2"),
+    ),
+    Row(
+        "cli-function-module-missing",
+        "CLI",
+        "DDPFaultsError",
+        ("function 'no_such_pkg:fn'", "No module named 'no_such_pkg'"),
+        lambda e: e.cli("run", "no_such_pkg:fn", "--world-size", "2"),
     ),
     Row(
         "cli-html-output-is-a-directory",
