@@ -50,7 +50,7 @@ def symbols(path: str, names: list[bytes]) -> dict[bytes, Symbol]:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
             return {name: Symbol(base + value, size, kind) for name, (value, size, kind) in _lookup(image, names)}
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, IndexError, struct.error):  # a file not laid out as its headers say
         return {}
 
 
@@ -64,6 +64,8 @@ def _lookup(image: mmap.mmap, names: list[bytes]):
     if not tables:
         return
     table = tables[0]
+    if table[9] != SYMBOL.size:
+        return
     strings = sections[table[6]]
     strings_at, strings_end = strings[4], strings[4] + strings[5]
     table_at, table_end, step = table[4], table[4] + table[5], table[9]

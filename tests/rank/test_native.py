@@ -50,8 +50,20 @@ def test_a_name_the_table_lacks_or_a_library_not_loaded_finds_nothing(tmp_path):
     assert native.symbols(str(copy), [DUMP_FR_TRACE]) == {}
 
 
-def test_a_loaded_file_that_is_not_elf64_finds_nothing(tmp_path, monkeypatch):
-    text = tmp_path / "notes.txt"
-    text.write_bytes(b"not an ELF file\n" * 10)
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"not an ELF file\n" * 10,
+        b"\x7fELF\x01\x01" + bytes(200),  # 32-bit
+        b"\x7fELF\x02\x01" + bytes(200),  # no section headers
+        # section headers said to start 1 MB in (e_shoff at 0x28), 5 of 64 bytes (e_shentsize, e_shnum at 0x3A)
+        b"\x7fELF\x02\x01" + bytes(0x22) + (10**6).to_bytes(8, "little") + bytes(10) + b"\x40\x00\x05\x00",
+        b"",
+    ],
+    ids=["text", "elf32", "no-sections", "headers-past-the-end", "empty"],
+)
+def test_a_loaded_file_that_is_not_a_whole_elf64_library_finds_nothing(tmp_path, monkeypatch, content):
+    library = tmp_path / "libodd.so"
+    library.write_bytes(content)
     monkeypatch.setattr(native, "load_address", lambda path: 0x1000)
-    assert native.symbols(str(text), [DUMP_FR_TRACE]) == {}
+    assert native.symbols(str(library), [DUMP_FR_TRACE]) == {}
