@@ -16,6 +16,18 @@ def all_reduce_steps(ctx, steps=4):
     return float(t)
 
 
+def all_reduce_steps_rank1_late(ctx, steps=4, late_step=2, seconds=0.5):
+    """:func:`all_reduce_steps`, but rank 1 starts step ``late_step`` ``seconds`` after the others (a pause in its
+    own code, not a fault)."""
+    t = torch.ones(1)
+    for step in range(steps):
+        if ctx.rank == 1 and step == late_step:
+            time.sleep(seconds)
+        ctx.step(step)
+        dist.all_reduce(t)
+    return float(t)
+
+
 def recorded_around_all_reduces(ctx, steps=4):
     """All-reduce as :func:`all_reduce_steps`; return how many entries torch's flight record held as the function
     started and as it ended (torch's own dump, not ddpfaults')."""
