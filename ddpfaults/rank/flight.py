@@ -53,9 +53,10 @@ def dump(since_wall: float | None = None) -> bytes | None:
 
 
 #: torch's gloo flight recorder (``c10d::FlightRecorder<c10::Event>``): the pointer its ``get()`` keeps, and its
-#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and bound to Python for
-#: NCCL only. ``reset_all`` starts a new epoch: a dump lists only the entries recorded since, and gloo retires
-#: entries by (id, epoch), so it keeps marking the new epoch's entries done.
+#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and not bound to Python
+#: (torch 2.13's ``torch._C._distributed_c10d`` has only the dumps). ``reset_all`` starts a new epoch: a dump lists
+#: only the entries recorded since, and gloo retires entries by (id, epoch), so it keeps marking the new epoch's
+#: entries done.
 _RECORDER = b"_ZZN4c10d14FlightRecorderIN3c105EventEE3getEvE8instance"
 _RESET_ALL = b"_ZN4c10d14FlightRecorderIN3c105EventEE9reset_allEv"
 
