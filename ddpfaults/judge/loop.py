@@ -289,13 +289,10 @@ def _placed_by_stack(divergence, unrecorded: list[RankResult]):
         matches = [i for i, g in enumerate(divergence.groups) if site and g.call is not None and g.call.site == site]
         if len(matches) == 1:
             members[matches[0]].append(rank.rank)
-    groups = sorted(
-        (dataclasses.replace(g, ranks=tuple(sorted(m))) for g, m in zip(divergence.groups, members, strict=True)),
-        key=lambda g: (-len(g.ranks), g.ranks[0]),
+    groups = _one_smallest(
+        dataclasses.replace(g, ranks=tuple(sorted(m))) for g, m in zip(divergence.groups, members, strict=True)
     )
-    if len(groups[-1].ranks) == len(groups[-2].ranks):
-        return None
-    return dataclasses.replace(divergence, groups=tuple(groups), odd_ranks=groups[-1].ranks)
+    return groups and dataclasses.replace(divergence, groups=groups, odd_ranks=groups[-1].ranks)
 
 
 def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[RankResult]):
@@ -312,18 +309,22 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
         if not gloo_aborted(rank) or site is None:
             return None
         sites.setdefault(site, []).append(rank.rank)
-    groups = sorted(
-        (
-            DivergenceGroup(tuple(sorted(members)), lasts[0])
-            if site == lasts[0].site
-            else DivergenceGroup(tuple(sorted(members)), None, f"gloo aborted them in a collective at {site}")
-            for site, members in sites.items()
-        ),
-        key=lambda g: (-len(g.ranks), g.ranks[0]),
+    groups = _one_smallest(
+        DivergenceGroup(tuple(sorted(members)), lasts[0])
+        if site == lasts[0].site
+        else DivergenceGroup(tuple(sorted(members)), None, f"gloo aborted them in a collective at {site}")
+        for site, members in sites.items()
     )
-    if len(groups) < 2 or len(groups[-1].ranks) == len(groups[-2].ranks):
+    return groups and Divergence(len(recorded[having[0]]), groups, groups[-1].ranks)
+
+
+def _one_smallest(groups) -> tuple | None:
+    """``groups`` largest first (ties by lowest rank), or None unless there are two or more and exactly one is the
+    smallest: the odd group a divergence names."""
+    ordered = tuple(sorted(groups, key=lambda g: (-len(g.ranks), g.ranks[0])))
+    if len(ordered) < 2 or len(ordered[-1].ranks) == len(ordered[-2].ranks):
         return None
-    return Divergence(len(recorded[having[0]]), tuple(groups), groups[-1].ranks)
+    return ordered
 
 
 def _traces_buckets(rank: RankResult) -> bool:
