@@ -106,12 +106,26 @@ def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float]
     return steps[at][1] if at >= 0 else None
 
 
-def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple]) -> list[Collective]:
+def _batch_of(entry: dict, batches: list[tuple]) -> int | None:
+    """The rank's last DataLoader batch drawn before it made ``entry``, by the default group's sequence number
+    (None: no batch drawn before it, or the batch events carry no sequence numbers, or another group made it)."""
+    seq = entry.get("collective_seq_id")
+    group = entry.get("process_group") or ("0", "default_pg")
+    if seq is None or str(group[0]) != "0" or not batches or any(b[1] is None for b in batches):
+        return None
+    at = bisect.bisect_left([b[1] for b in batches], int(seq)) - 1
+    return batches[at][0] if at >= 0 else None
+
+
+def collectives(
+    dump: dict, *, since_wall: float | None, steps: list[tuple], batches: list[tuple] = ()
+) -> list[Collective]:
     """The collectives a rank made since ``since_wall`` (its job's start, wall-clock seconds), in order.
 
     ``steps`` holds ``(wall time, step)`` or ``(wall time, step, pg_seq)`` of the rank's step events, in time
     order, to give each collective the step the rank was in when it made it (``pg_seq``: how many collectives
-    the default group had issued when the step began).
+    the default group had issued when the step began). ``batches`` holds ``(batch, pg_seq)`` of its DataLoader
+    batch events, in order, to give each collective the last batch drawn before it.
     """
     entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
     if since_wall is not None:
@@ -133,6 +147,7 @@ def collectives(dump: dict, *, since_wall: float | None, steps: list[tuple]) -> 
                 done=_completed(entry, completed),
                 wall=created,
                 wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,
+                batch=_batch_of(entry, batches),
             )
         )
     return found

@@ -24,6 +24,7 @@ import pickle
 import time
 
 from ddpfaults.judge import flight
+from ddpfaults.judge.attribution import attribute, own_pattern
 from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     first_divergence,
@@ -338,8 +339,12 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
     if dump is None or start is None:
         return []
-    steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in observer.watches[i].events if e["k"] == "step"]
-    return flight.collectives(dump, since_wall=start["wall"], steps=steps)  # the recorder's clock is the wall clock
+    events = observer.watches[i].events
+    steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in events if e["k"] == "step"]
+    batches = [(e["index"], e.get("pg_seq")) for e in events if e["k"] == "batch"]
+    return flight.collectives(
+        dump, since_wall=start["wall"], steps=steps, batches=batches
+    )  # the recorder's clock is the wall clock
 
 
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **about) -> WorldResult:
@@ -353,14 +358,16 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     recorded = [_recorded_collectives(observer, i) for i in range(len(observer.watches))]
     ranks = [rank_result(observer, i, reason, now, spec.peer_failure, recorded[i]) for i in range(len(recorded))]
     mark_collateral(ranks)
-    divergence = _divergence(ranks, recorded)
-    root_rank, cause = root_cause(ranks, divergence, reason)
+    fired = [f for w in observer.watches for f in w.fired]
+    # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
+    done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
+    divergence = attribute(_divergence(ranks, recorded), done, fired)
+    root_rank, cause = root_cause(ranks, divergence, reason, deviation=own_pattern(done))
     elapsed = now - observer.t0
     events = [{"k": "verdict", "t": round(elapsed, 6), "reason": str(reason)}]
     if reason == StopReason.STALL:
         last = max(w.last_progress for w in observer.watches) - observer.t0
         events.insert(0, {"k": "stall", "t": round(last, 6), "window": spec.stall})
-    fired = [f for w in observer.watches for f in w.fired]
     return WorldResult(
         outcome=world_outcome(ranks, reason),
         ranks=ranks,

@@ -49,6 +49,20 @@ _STATE_OUTCOME = {
 #: position by position across all ranks
 POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 
+#: collectives whose arguments legitimately differ between ranks: a list of tensors or objects on the source (or
+#: destination) rank only, or uneven splits; they match on op, group, call site and step, not on shapes
+ASYMMETRIC = frozenset(
+    {
+        "scatter",
+        "gather",
+        "scatter_object_list",
+        "gather_object",
+        "broadcast_object_list",
+        "all_to_all",
+        "all_to_all_single",
+    }
+)
+
 
 @dataclass
 class Collective:
@@ -63,6 +77,7 @@ class Collective:
     done: bool = False
     wall: float | None = None  # flight recorder: when the rank issued it (Unix seconds); None for a traced call
     wall_end: float | None = None  # flight recorder: when it was seen completed (NCCL; gloo records no end)
+    batch: int | None = None  # the rank's last DataLoader batch (its n-th, from 0) drawn before the call, if any
 
     def describe(self) -> str:
         """``all_reduce([1]) at criterion.py:42 in loss (step 3)``."""
@@ -73,9 +88,11 @@ class Collective:
 
     def signature(self) -> tuple:
         """What must agree across ranks for the call to match. A call DDP makes itself (a note starting "DDP")
-        has no site of its own: the line that called forward or backward may differ while the call matches."""
+        has no site of its own: the line that called forward or backward may differ while the call matches; an
+        :data:`ASYMMETRIC` call's shapes differ between its source and the other ranks by design."""
         site = "" if self.note.startswith("DDP") else self.site
-        return (self.op, json.dumps(self.shapes), self.note, site, self.step)
+        shapes = "" if self.op in ASYMMETRIC else json.dumps(self.shapes)
+        return (self.op, shapes, self.note, site, self.step)
 
 
 @dataclass(frozen=True)
@@ -154,23 +171,35 @@ class Divergence:
 
     index: int  # 1-based collective number
     groups: tuple  # DivergenceGroup, largest group first
-    odd_ranks: tuple  # the rank(s) at fault: the smallest group
+    odd_ranks: tuple  # the rank(s) that diverged, as the evidence shows; () when nothing shows which
+    basis: str = ""  # what shows it, when more than a majority does (ddpfaults.judge.attribution)
 
     def describe(self) -> str:
         """``collective #5: rank 0 called ...; ranks 1-3 called ...``."""
         return f"collective #{self.index}: " + "; ".join(f"{format_ranks(g.ranks)} {g.text()}" for g in self.groups)
 
     def blame(self) -> str:
-        """One sentence naming the odd rank(s) and what they did instead (for the root cause)."""
-        odd_group = next(g for g in self.groups if g.ranks == self.odd_ranks)
-        main = next(g for g in self.groups if g.ranks != self.odd_ranks)
+        """One sentence naming the odd rank(s) and what they did instead, and what shows it (for the root cause);
+        or, when nothing shows which ranks diverged, that the ranks disagree and how."""
+        if not self.odd_ranks:
+            everyone = [r for g in self.groups for r in g.ranks]
+            return (
+                f"{format_ranks(everyone)} disagree at collective #{self.index} and nothing shows which diverged: "
+                + "; ".join(f"{format_ranks(g.ranks)} {g.text()}" for g in self.groups)
+            )
+        odd_group = next(g for g in self.groups if set(g.ranks) <= set(self.odd_ranks))
+        main = next(g for g in self.groups if not set(g.ranks) & set(self.odd_ranks))
         odd = format_ranks(self.odd_ranks)
+        shows = f" ({self.basis})" if self.basis else ""
         if odd_group.call is None and main.call is not None:
             return (
                 f"{odd} never called collective #{self.index}, {main.call.describe()} ({odd_group.absent}); "
-                f"{format_ranks(main.ranks)} called it"
+                f"{format_ranks(main.ranks)} called it{shows}"
             )
-        return f"{odd} {odd_group.text()} as collective #{self.index}, where {format_ranks(main.ranks)} {main.text()}"
+        return (
+            f"{odd} {odd_group.text()} as collective #{self.index}, where {format_ranks(main.ranks)} "
+            f"{main.text()}{shows}"
+        )
 
     def ops(self) -> set:
         """The collectives (``all_reduce``, ``barrier``...) the ranks made at the divergent position."""
@@ -183,7 +212,7 @@ class Divergence:
             DivergenceGroup(tuple(g["ranks"]), Collective(**g["call"]) if g["call"] else None, g["absent"])
             for g in data["groups"]
         )
-        return cls(data["index"], groups, tuple(data["odd_ranks"]))
+        return cls(data["index"], groups, tuple(data["odd_ranks"]), data.get("basis", ""))
 
 
 @dataclass

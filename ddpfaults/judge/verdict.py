@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
     Collective,
@@ -73,7 +74,9 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
 
     Ranks that raised or died are compared only up to where they stopped: a crash ends
     a sequence early without being a divergence (its error is the root cause instead). Point-to-point ops
-    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs.
+    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. The odd ranks are
+    the single smallest group, if there is one (a vote); :func:`ddpfaults.judge.attribution.attribute` weighs
+    what each rank did.
     """
     if len(ranks) < 2:
         return None
@@ -85,24 +88,17 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
         for rank in ranks:
             if i < len(calls[rank.rank]):
                 call: Collective = calls[rank.rank][i]
-                key, what, step = call.signature(), (call, None), call.step
+                key, what = call.signature(), (call, None)
             elif rank in live:
-                key, what, step = ("absent", str(rank.state)), (None, _absent(rank)), None
+                key, what = ("absent", str(rank.state)), (None, _absent(rank))
             else:
                 continue
-            groups.setdefault(key, [what, [], step])[1].append(rank.rank)
+            groups.setdefault(key, [what, []])[1].append(rank.rank)
         if len(groups) > 1:
             ordered = sorted(groups.values(), key=lambda g: (-len(g[1]), g[1][0]))
-            odd = min(ordered, key=_oddness)[1]
-            return Divergence(i + 1, tuple(DivergenceGroup(tuple(r), *what) for what, r, _ in ordered), tuple(odd))
+            odd = tuple(ordered[-1][1]) if len(ordered[-1][1]) < len(ordered[-2][1]) else ()
+            return Divergence(i + 1, tuple(DivergenceGroup(tuple(r), *what) for what, r in ordered), odd)
     return None
-
-
-def _oddness(group) -> tuple:
-    """Sort key for 'the ranks at fault': the smallest group; on a tie the one at a later step
-    (it skipped ahead), then the lowest rank."""
-    _, ranks, step = group
-    return (len(ranks), -(step if step is not None else -1), ranks[0])
 
 
 def _failure_text(rank: RankResult) -> str:
@@ -113,12 +109,17 @@ def _failure_text(rank: RankResult) -> str:
     return f"rank {rank.rank} raised {rank.error}{site}{step}"
 
 
-def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: str) -> tuple[int | None, str]:
-    """Name the rank at fault and what it did.
+def root_cause(
+    ranks: list[RankResult], divergence: Divergence | None, reason: str, deviation: Evidence | None = None
+) -> tuple[int | None, str]:
+    """Name the rank at fault and what it did (None when the evidence does not show one).
 
-    Order: the earliest failure that is not collateral; else (at the start-up limit) the ranks that never
-    joined the process group; else (at the timeout) the ranks still running outside any collective; else the
-    odd rank of the first divergent collective; else the earliest collateral failure; else where the ranks stood.
+    Order: the earliest failure that is not collateral (where gloo aborted a receiver on a mismatch: the ranks
+    that diverged, if the divergence or ``deviation`` shows them); else (at the start-up limit) the ranks that
+    never joined the process group; else (at the timeout) the ranks still running outside any collective; else
+    the odd ranks of the first divergent collective; else the ranks that left their own pattern
+    (``deviation``: :func:`ddpfaults.judge.attribution.own_pattern`); else the earliest collateral failure; else
+    where the ranks stood.
     """
     if all(r.state == RankState.FINISHED for r in ranks):
         return None, "no failure"  # even if sequences differ (e.g. Join's shadow collectives), nothing failed
@@ -132,12 +133,17 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
             return (r.state, re.sub(r"\d+", "#", r.error or ""), r.last_step)
 
         first = min((r for r in primary if how(r) == how(primary[0])), key=lambda r: r.rank)
-        if gloo_aborted(first) and divergence is not None:
-            odd = divergence.odd_ranks  # gloo aborts the *receiver*; the rank at fault is the one that diverged
-            return odd[0], (
-                f"{format_ranks(odd)} diverged at {divergence.describe()}; gloo detected the collective "
-                f"mismatch and rank {first.rank} {first.error}"
-            )
+        if gloo_aborted(first):  # gloo aborts the *receiver*; the rank at fault is the one that diverged
+            aborted = f"gloo detected the collective mismatch and rank {first.rank} {first.error}"
+            if divergence is not None and divergence.odd_ranks:
+                odd = divergence.odd_ranks
+                shows = f" ({divergence.basis})" if divergence.basis else ""
+                return odd[0], f"{format_ranks(odd)} diverged at {divergence.describe()}{shows}; {aborted}"
+            if deviation is not None:
+                return deviation.ranks[0], f"{format_ranks(deviation.ranks)} diverged: {deviation.shows}; {aborted}"
+            if divergence is not None:
+                return None, f"{divergence.blame()}; {aborted}"
+            return None, f"{aborted}; nothing shows which rank's collective differed"
         return first.rank, _failure_text(first)
     if reason == "startup":
         joining = [r for r in ranks if r.state == RankState.RUNNING]  # the rest wait in init_process_group
@@ -158,7 +164,9 @@ def root_cause(ranks: list[RankResult], divergence: Divergence | None, reason: s
                 f"at the timeout (rank {running[0].rank} at {where})"
             )
     if divergence is not None:
-        return divergence.odd_ranks[0], divergence.blame()
+        return (divergence.odd_ranks or (None,))[0], divergence.blame()
+    if deviation is not None:
+        return deviation.ranks[0], f"{format_ranks(deviation.ranks)} diverged: {deviation.shows}"
     if failed:
         first = failed[0]
         return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"

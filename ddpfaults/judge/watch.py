@@ -140,7 +140,13 @@ class RankWatch:
             self.step = event["step"]
         elif kind == "enter":
             call = Collective(
-                event["seq"], event["op"], event["shapes"], event["site"], event["step"], event.get("note", "")
+                event["seq"],
+                event["op"],
+                event["shapes"],
+                event["site"],
+                event["step"],
+                event.get("note", ""),
+                batch=event.get("batch"),
             )
             if call.op != "init_process_group" and not call.op.startswith("store."):
                 self.collectives.append(call)  # waits that are not collectives are still "open" below

@@ -126,6 +126,7 @@ class RankContext:
         self.current_step: int | None = None
         self.clock = clock
         self.batches = 0  # DataLoader batches yielded on this rank so far (the dataloader clock)
+        self.iterators = 0  # DataLoader iterators that yielded on this rank so far
         self._events = events
         self._claimed: set[type] = set()  # fault kinds the function asked for itself (the seams leave them alone)
         self._fired_once: set = set()
@@ -195,9 +196,23 @@ class RankContext:
         self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)
 
     # -- collectives ----------------------------------------------------------------------
+    def batch_drawn(self, iterator: int, yielded: int) -> None:
+        """A DataLoader iterator (the rank's ``iterator``-th, from 1) yielded its ``yielded``-th batch: the rank's
+        ``batches``-th. The event carries the default group's sequence number, to place recorded collectives."""
+        self._events.emit("batch", index=self.batches, it=iterator, n=yielded, pg_seq=_default_group_seq())
+        self.batches += 1
+
+    def loader_ended(self, iterator: int, yielded: int) -> None:
+        """A DataLoader iterator (the rank's ``iterator``-th) ran out after ``yielded`` batches: the rank's loop over
+        it ends here."""
+        self._events.emit("loader_end", it=iterator, yielded=yielded)
+
     def _enter(self, op: str, shapes: list, site: str, note: str = "") -> int:
         self._seq += 1
-        self._events.emit("enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note)
+        batch = {"batch": self.batches - 1} if self.batches else {}
+        self._events.emit(
+            "enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note, **batch
+        )
         return self._seq
 
     def _exit(self, seq: int) -> None:

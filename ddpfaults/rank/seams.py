@@ -95,17 +95,26 @@ def _next_batch(original):
             return original(self)
         yielded = getattr(self, "_ddpfaults_yielded", 0)
         limits = [f for f in ctx.seam_faults() if f.batch_limit is not None and yielded >= f.batch_limit]
-        if limits:
-            if not getattr(self, "_ddpfaults_cut", False):
-                original(self)  # a loader with no batch left ends here (StopIteration): nothing was cut off
-                self._ddpfaults_cut = True
-                ctx.record_fired(limits[0], f"stopped a DataLoader iterator after {yielded} batch(es)")
-            raise StopIteration
-        batch = original(self)
+        try:
+            if limits:
+                if not getattr(self, "_ddpfaults_cut", False):
+                    original(self)  # a loader with no batch left ends here (StopIteration): nothing was cut off
+                    self._ddpfaults_cut = True
+                    ctx.record_fired(limits[0], f"stopped a DataLoader iterator after {yielded} batch(es)")
+                raise StopIteration
+            batch = original(self)
+        except StopIteration:
+            if yielded and not getattr(self, "_ddpfaults_ended", False):
+                self._ddpfaults_ended = True
+                ctx.loader_ended(self._ddpfaults_ordinal, yielded)
+            raise
+        if not yielded:
+            ctx.iterators += 1
+            self._ddpfaults_ordinal = ctx.iterators
         self._ddpfaults_yielded = yielded + 1
         if ctx.clock == DATALOADER:
             ctx.step(ctx.batches)
-        ctx.batches += 1
+        ctx.batch_drawn(self._ddpfaults_ordinal, yielded)
         for fault in ctx.seam_faults():
             changed = fault.on_batch(batch)
             if changed is not None and ctx.once(fault):  # the step's first batch only (a skipped step repeats it)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ddpfaults.judge import loop
@@ -139,24 +141,39 @@ def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, c
 
 
 def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
-    """Ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3, which
-    left no flight-recorder dump. Among the survivors the recorder finds rank 2 odd; ctx.ddp's tracing saw every
-    rank's buckets, so all four are compared and ranks 0, 1 are named, whichever rank gloo aborted."""
+    """In step 1 ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3,
+    which left no flight-recorder dump. Among the survivors the recorder's vote finds rank 2 odd; what each rank did
+    (its step 1 against its step 0) names ranks 0, 1, whichever rank gloo aborted and whichever record saw the
+    buckets."""
+    from ddpfaults.judge.attribution import attribute
     from ddpfaults.judge.loop import _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
 
-    bucket = Collective(1, "all_reduce", [[2757]], "train.py:9 in step", 1, note="DDP gradient bucket 0")
-    count = Collective(1, "all_reduce", [[1]], "loss.py:3 in criterion", 1)
+    def bucket(step):
+        return Collective(1, "all_reduce", [[2757]], "train.py:9 in step", step, note="DDP gradient bucket 0")
+
+    def count(step):
+        return Collective(1, "all_reduce", [[1]], "loss.py:3 in criterion", step)
+
     states = [RankState.RAISED, RankState.RAISED, RankState.RAISED, RankState.DIED]
-    traced = [[bucket], [bucket], [count, bucket], [count, bucket]]
-    ranks = [RankResult(rank=r, state=states[r], collectives=traced[r]) for r in range(4)]
-    recorded = [[bucket], [bucket], [count], []]  # the recorder's own numbering; rank 3 left no dump
-    assert _divergence(ranks, recorded).odd_ranks == (0, 1)
-    recorded_all = [[bucket], [bucket], [count], [count]]  # every rank dumped: the recorder decides
-    ranks = [RankResult(rank=r, state=states[r], collectives=traced[r]) for r in range(4)]
-    assert _divergence(ranks, recorded_all).odd_ranks == (0, 1)
-    untraced = [RankResult(rank=r, state=states[r], collectives=[c for c in traced[r] if not c.note]) for r in range(4)]
-    assert _divergence(untraced, recorded).odd_ranks == (2,)  # plain DDP: nothing better than the survivors
+    usual = [count(0), bucket(0)]
+    traced = [usual + [bucket(1)]] * 2 + [usual + [count(1), bucket(1)]] * 2
+
+    def judged(ranks, recorded):
+        done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
+        return attribute(_divergence(ranks, recorded), done)
+
+    def world(records):
+        return [RankResult(rank=r, state=states[r], collectives=records[r]) for r in range(4)]
+
+    recorded = [usual + [bucket(1)]] * 2 + [usual + [count(1)], []]  # rank 3 left no dump
+    assert judged(world(traced), recorded).odd_ranks == (0, 1)
+    recorded_all = [usual + [bucket(1)]] * 2 + [usual + [count(1)]] * 2  # every rank dumped: a 2-2 split
+    assert _divergence(world(traced), recorded_all).odd_ranks == ()  # no vote can tell
+    assert judged(world(traced), recorded_all).odd_ranks == (0, 1)
+    untraced = world([[c for c in t if not c.note] for t in traced])  # plain DDP: the survivors' vote says rank 2
+    assert _divergence(untraced, recorded).odd_ranks == (2,)
+    assert judged(untraced, recorded).odd_ranks == (0, 1)
 
 
 def test_survivors_whose_records_split_evenly_name_no_odd_rank():

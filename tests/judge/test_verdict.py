@@ -280,17 +280,15 @@ def test_running_rank_is_described_by_where_it_stood():
     assert {g.ranks: g.text() for g in d.groups}[(0,)] == "never called it (was at train.py:12 in slow_step)"
 
 
-def test_two_against_two_split_is_deterministic():
-    def world():
-        return [rank(r, RankState.BLOCKED, seq_of([0, 1] if r < 2 else [0, 2])) for r in range(4)]
-
-    first = first_divergence(world())
-    assert first is not None
-    assert first.index == 2
-    assert set(first.odd_ranks) in ({0, 1}, {2, 3})
-    assert sorted(len(g.ranks) for g in first.groups) == [2, 2]
-    for _ in range(5):
-        assert first_divergence(world()) == first
+def test_a_split_without_a_smallest_group_names_no_rank_by_vote():
+    """2 against 2: no vote can tell which pair diverged (the evidence of what each did may: attribution)."""
+    world = [rank(r, RankState.BLOCKED, seq_of([0, 1] if r < 2 else [0, 2])) for r in range(4)]
+    d = first_divergence(world)
+    assert d is not None and d.index == 2
+    assert sorted(len(g.ranks) for g in d.groups) == [2, 2]
+    assert d.odd_ranks == ()
+    assert d.blame().startswith("ranks 0-3 disagree at collective #2 and nothing shows which diverged: ")
+    assert root_cause(world, d, "stall")[0] is None
 
 
 @pytest.mark.parametrize("state", [RankState.RAISED, RankState.DIED])

@@ -239,3 +239,46 @@ def exit_zero_at(ctx, rank=1, step=2, steps=4):
             sys.exit(0)
         dist.all_reduce(t)
     return float(t)
+
+
+def split_train(ctx, batches=5, empty_rank=None, empty_batch=None, short_rank=None):
+    """``scripts/split_train.py`` as a rank function (a step per batch): a rank whose batch is empty ``continue``s,
+    every rank meets at a closing barrier. ``empty_rank``/``empty_batch``: that batch is itself empty;
+    ``short_rank``: that rank's data runs out one batch early."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    torch.manual_seed(0)
+    samples = 4 * batches * ctx.world_size
+    data = TensorDataset(torch.randn(samples, 8), torch.randn(samples, 1))
+    sampler = DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=False)
+    if ctx.rank == short_rank:
+        sampler = list(sampler)[:-4]
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i, (x, y) in enumerate(DataLoader(data, batch_size=4, sampler=sampler)):
+        ctx.step(i)
+        if ctx.rank == empty_rank and i == empty_batch:
+            x, y = x[:0], y[:0]
+        if len(x) == 0:
+            continue
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dist.barrier()
+
+
+def asymmetric_collectives(ctx):
+    """scatter, gather and the object collectives, whose list arguments exist on the source rank only."""
+    src = ctx.world_size - 1
+    out = torch.zeros(2)
+    dist.scatter(out, [torch.full((2,), float(r)) for r in range(ctx.world_size)] if ctx.rank == src else None, src=src)
+    gathered = [torch.zeros(2) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
+    dist.gather(out, gathered, dst=0)
+    objects = [None]
+    dist.scatter_object_list(objects, [{"r": r} for r in range(ctx.world_size)] if ctx.rank == src else None, src=src)
+    shared = [{"plan": list(range(ctx.rank + 3))}] if ctx.rank == 0 else [None]
+    dist.broadcast_object_list(shared, src=0)
+    dist.gather_object(objects[0], [None] * ctx.world_size if ctx.rank == 0 else None, dst=0)
+    return [float(out[0]), objects[0]["r"], len(shared[0]["plan"])]

@@ -1,0 +1,202 @@
+"""Which ranks diverged, from what each rank did: pure functions over rank results (no processes, no torch).
+
+Where the ranks' collective sequences first disagree (:func:`ddpfaults.judge.verdict.first_divergence`) says
+where they split, not which side left the common path; at two ranks a vote cannot tell. The evidence, strongest
+first:
+
+1. **loop exit**: ranks whose DataLoader iterator ran out after fewer batches than a peer's same iterator;
+2. **own pattern**: ranks that, in one unit of their loop (a DataLoader batch where the ranks drew batches, else a
+   step), made other collectives than they make in their other units, while every other rank that reached that
+   unit made its usual ones (a rank that skipped a step's backward, or reduced one metric more);
+3. **majority**: a single smallest group;
+4. **faults**: the only group with ranks a fault of the plan fired on.
+
+With none of these, no rank is named and the divergence says so.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from dataclasses import dataclass
+
+from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState, format_ranks
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Ranks the evidence singles out as the ones that diverged, and what shows it (a clause for the report)."""
+
+    ranks: tuple
+    shows: str
+
+
+def _by_batch(ranks: list[RankResult]) -> bool:
+    """True if the ranks drew DataLoader batches: their loop's unit is the batch, else the step."""
+    return any(c.batch is not None for r in ranks for c in r.collectives) or any(
+        e.get("k") == "batch" for r in ranks for e in r.events
+    )
+
+
+def _unit_calls(rank: RankResult, by_batch: bool) -> dict[int, list[Collective]]:
+    """The rank's collectives of the default group per unit of its loop, every unit it reached included (those in
+    which it made none too); collectives made before its first unit are left out."""
+    units: dict[int, list[Collective]] = collections.defaultdict(list)
+    for call in rank.collectives:
+        unit = call.batch if by_batch else call.step
+        if unit is not None and call.op not in POINT_TO_POINT and "process group" not in call.note:
+            units[unit].append(call)
+    kind = "batch" if by_batch else "step"
+    reached = {e[("index" if by_batch else "step")] for e in rank.events if e.get("k") == kind}
+    reached |= set(units)
+    if not by_batch and rank.last_step is not None:
+        reached.add(rank.last_step)
+    if reached:
+        for unit in range(min(reached), max(reached) + 1):
+            units.setdefault(unit, [])
+    return dict(units)
+
+
+def _signature(call: Collective) -> tuple:
+    """What a call is, wherever in the loop it comes: its signature without the step."""
+    return call.signature()[:4]
+
+
+def _shared_once(calls: dict[int, dict[int, list[Collective]]]) -> set:
+    """The calls every rank that makes them makes in one unit only, made by more than one rank: set-up and
+    wind-down (DDP rebuilding its buckets in its second forward, a closing barrier), not part of the loop's pattern.
+    Such a call made by one rank alone stays (it may be the divergence)."""
+    units_with: dict[tuple, list[int]] = collections.defaultdict(list)
+    for units in calls.values():
+        counts = collections.Counter(s for cs in units.values() for s in {_signature(c) for c in cs})
+        for signature, n in counts.items():
+            units_with[signature].append(n)
+    return {s for s, ns in units_with.items() if max(ns) == 1 and len(ns) > 1}
+
+
+def _usual(patterns: dict[int, tuple], complete: list[int], unit: int) -> tuple | None:
+    """The pattern the rank made most often in its complete units other than ``unit`` (ties: the earliest)."""
+    others = [patterns[u] for u in complete if u != unit]
+    if not others:
+        return None
+    counts = collections.Counter(others)
+    return max(others, key=lambda p: (counts[p], -others.index(p)))
+
+
+def _calls_text(calls: list[Collective]) -> str:
+    """``all_reduce([36]) [DDP gradient bucket], barrier() at train.py:20 in main``: the calls without their step
+    (and without a call site for calls DDP makes itself, which have none of their own)."""
+    if not calls:
+        return "no collective"
+    texts = []
+    for c in calls:
+        shapes = ", ".join(str(s) for s in c.shapes)
+        texts.append(f"{c.op}({shapes})" + (f" [{c.note}]" if c.note else f" at {c.site}"))
+    return ", ".join(texts)
+
+
+def own_pattern(ranks: list[RankResult]) -> Evidence | None:
+    """The ranks that left their own pattern first (evidence 2 of the module docstring), or None.
+
+    A rank's last unit is complete only if it finished; a unit it is still in (blocked, or where it raised or
+    died) deviates only if what it made there so far is not how its usual units begin.
+    """
+    by_batch = _by_batch(ranks)
+    calls = {r.rank: _unit_calls(r, by_batch) for r in ranks}
+    once = _shared_once(calls)
+    calls = {
+        r: {u: [c for c in cs if _signature(c) not in once] for u, cs in units.items()} for r, units in calls.items()
+    }
+    patterns = {r: {u: tuple(map(_signature, c)) for u, c in units.items()} for r, units in calls.items()}
+    complete = {
+        r.rank: sorted(u for u in calls[r.rank] if r.state == RankState.FINISHED or u < max(calls[r.rank]))
+        for r in ranks
+        if calls[r.rank]
+    }
+    for unit in sorted({u for units in calls.values() for u in units}):
+        deviants, usual_of, present = [], {}, []
+        for r in ranks:
+            if unit not in calls[r.rank]:
+                continue
+            present.append(r.rank)
+            usual = _usual(patterns[r.rank], complete[r.rank], unit)
+            made = patterns[r.rank][unit]
+            done = unit in complete[r.rank]
+            if usual is not None and (made != usual if done else made != usual[: len(made)]):
+                deviants.append(r.rank)
+                usual_of[r.rank] = next(
+                    calls[r.rank][u] for u in complete[r.rank] if u != unit and patterns[r.rank][u] == usual
+                )
+        if deviants and len(deviants) < len(present):
+            kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
+            first, steady = deviants[0], [r for r in present if r not in deviants]
+            made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
+            return Evidence(
+                tuple(deviants),
+                f"in {kind} {unit} {format_ranks(deviants)} made {made}, where {_possessive(deviants)} other "
+                f"{kinds} made {_calls_text(usual_of[first])}; {format_ranks(steady)} made "
+                f"{_possessive(steady)} usual ones",
+            )
+    return None
+
+
+def _possessive(ranks: list) -> str:
+    return "its" if len(ranks) == 1 else "their"
+
+
+def loop_exit(ranks: list[RankResult]) -> Evidence | None:
+    """The ranks whose DataLoader iterator ran out first (evidence 1 of the module docstring), or None: at the
+    first iterator (by the order the ranks began them) that some rank's ran out with fewer batches than a peer's
+    same iterator yielded."""
+    yielded: dict[int, dict[int, int]] = {}
+    ended: dict[int, dict[int, int]] = {}
+    for r in ranks:
+        for e in r.events:
+            if e.get("k") == "batch":
+                yielded.setdefault(e["it"], {})[r.rank] = e["n"] + 1
+            elif e.get("k") == "loader_end":
+                ended.setdefault(e["it"], {})[r.rank] = e["yielded"]
+    for it in sorted(ended):
+        most = max(yielded.get(it, {}).values(), default=0)
+        short = sorted(r for r, n in ended[it].items() if n < most)
+        if short:
+            longer = sorted(r for r, n in yielded[it].items() if n > ended[it][short[0]])
+            return Evidence(
+                tuple(short),
+                f"{format_ranks(short)} left {_possessive(short)} loop early: {_possessive(short)} DataLoader "
+                f"iterator ran out after {ended[it][short[0]]} batches, where {format_ranks(longer)} drew {most}",
+            )
+    return None
+
+
+def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) -> Divergence | None:
+    """``divergence`` with ``odd_ranks`` (and ``basis``) set from the evidence, strongest first (the module
+    docstring); ``odd_ranks`` is empty when nothing shows which ranks diverged. ``fired``: the faults that fired."""
+    if divergence is None:
+        return None
+    grouped = [r for g in divergence.groups for r in g.ranks]
+
+    def whole_groups(found: Evidence | None) -> tuple:
+        odd = tuple(sorted(r for r in found.ranks if r in grouped)) if found else ()
+        groups = [g.ranks for g in divergence.groups if set(g.ranks) & set(odd)]
+        if odd and len(odd) < len(grouped) and sum(len(g) for g in groups) == len(odd):
+            return odd
+        return ()
+
+    for found in (loop_exit(ranks), own_pattern(ranks)):
+        if odd := whole_groups(found):
+            return dataclasses.replace(divergence, odd_ranks=odd, basis=found.shows)
+    sizes = sorted(len(g.ranks) for g in divergence.groups)
+    if len(sizes) >= 2 and sizes[0] < sizes[1]:
+        smallest = min(divergence.groups, key=lambda g: len(g.ranks))
+        return dataclasses.replace(divergence, odd_ranks=smallest.ranks, basis="")
+    hit = {f.rank for f in fired}
+    struck = [g for g in divergence.groups if hit & set(g.ranks)]
+    if len(struck) == 1:
+        faults = sorted({f.fault for f in fired if f.rank in struck[0].ranks})
+        return dataclasses.replace(
+            divergence,
+            odd_ranks=struck[0].ranks,
+            basis=f"a fault fired on {format_ranks(struck[0].ranks)} only: {', '.join(faults)}",
+        )
+    return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")

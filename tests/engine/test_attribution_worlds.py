@@ -1,0 +1,52 @@
+"""Which rank diverged, judged from what each rank did, in real worlds: one against one as well as three against
+one, a fault injected or the data itself empty or short, scripts and rank functions alike."""
+
+import os
+
+import pytest
+
+from ddpfaults import Outcome, run_script, run_world
+from ddpfaults.faults import EmptyBatch, RankOnlyBarrier, UnevenInputs
+from rankfns import asymmetric_collectives, split_train
+
+SPLIT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "split_train.py"
+)
+
+#: (case, faults, script argv, function kwargs, what the root cause must say shows it)
+CASES = [
+    ("empty_batch_fault", [EmptyBatch(rank=1, step=1)], [], {}, "made no collective"),
+    ("empty_data", [], ["--empty-rank", "1", "--empty-batch", "2"], {"empty_rank": 1, "empty_batch": 2}, "made no"),
+    ("uneven_fault", [UnevenInputs(rank=1, batches=3)], [], {}, "rank 1 left its loop early"),
+    ("short_data", [], ["--short-rank", "1"], {"short_rank": 1}, "rank 1 left its loop early"),
+    ("rank_only_barrier", [RankOnlyBarrier(rank=1, step=2)], [], {}, "barrier"),
+]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("case, faults, argv, kwargs, shows", CASES, ids=[c[0] for c in CASES])
+def test_a_script_names_the_rank_that_diverged(world_size, case, faults, argv, kwargs, shows):
+    result = run_script(SPLIT, argv, world_size=world_size, faults=faults, stall=1.0, timeout=60)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 1, result.report()
+    assert result.root_cause.startswith("rank 1 ") and shows in result.root_cause, result.report()
+    assert result.divergence.odd_ranks == (1,)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("case, faults, argv, kwargs, shows", CASES, ids=[c[0] for c in CASES])
+def test_a_rank_function_names_the_rank_that_diverged(world_size, case, faults, argv, kwargs, shows):
+    result = run_world(split_train, world_size=world_size, faults=faults, kwargs=kwargs, stall=1.0, timeout=60)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 1, result.report()
+    assert shows in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_asymmetric_collectives_of_a_completed_world_are_no_divergence(world_size):
+    result = run_world(asymmetric_collectives, world_size=world_size, timeout=60)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+    assert "divergent" not in result.report()
+    ops = {c.op for c in result.ranks[0].collectives}
+    assert {"scatter", "gather"} <= ops, ops  # the record saw them, and matched them across ranks
