@@ -8,8 +8,8 @@ first:
 2. **own pattern**: ranks that, in one unit of their loop (a DataLoader batch where the ranks drew batches, else a
    step), made other collectives than they make in their other units, while every other rank that reached that
    unit made its usual ones (a rank that skipped a step's backward, or reduced one metric more);
-3. **majority**: a single smallest group;
-4. **faults**: the only group with ranks a fault of the plan fired on.
+3. **faults**: the only group with ranks a fault of the plan fired on;
+4. **majority**: a single smallest group.
 
 With none of these, no rank is named and the divergence says so.
 """
@@ -74,13 +74,15 @@ def _shared_once(calls: dict[int, dict[int, list[Collective]]]) -> set:
     return {s for s, ns in units_with.items() if max(ns) == 1 and len(ns) > 1}
 
 
+#: complete units a rank's usual pattern must be seen in (one unit, say a step every rank skipped, is no habit)
+HABIT = 2
+
+
 def _usual(patterns: dict[int, tuple], complete: list[int], unit: int) -> tuple | None:
-    """The pattern the rank made most often in its complete units other than ``unit`` (ties: the earliest)."""
+    """The pattern the rank made in every complete unit other than ``unit``; None if they differ (a loop that
+    syncs every other step has no usual unit to depart from) or there are fewer than :data:`HABIT`."""
     others = [patterns[u] for u in complete if u != unit]
-    if not others:
-        return None
-    counts = collections.Counter(others)
-    return max(others, key=lambda p: (counts[p], -others.index(p)))
+    return others[0] if len(others) >= HABIT and len(set(others)) == 1 else None
 
 
 def _calls_text(calls: list[Collective]) -> str:
@@ -98,8 +100,10 @@ def _calls_text(calls: list[Collective]) -> str:
 def own_pattern(ranks: list[RankResult]) -> Evidence | None:
     """The ranks that left their own pattern first (evidence 2 of the module docstring), or None.
 
+    A rank's usual pattern is the one it made in every other complete unit (none if they differ); at the first
+    unit where some ranks depart from theirs and every other rank there keeps to its own, those ranks left.
     A rank's last unit is complete only if it finished; a unit it is still in (blocked, or where it raised or
-    died) deviates only if what it made there so far is not how its usual units begin.
+    died) departs only if what it made there so far is not how its usual units begin.
     """
     by_batch = _by_batch(ranks)
     calls = {r.rank: _unit_calls(r, by_batch) for r in ranks}
@@ -114,22 +118,25 @@ def own_pattern(ranks: list[RankResult]) -> Evidence | None:
         if calls[r.rank]
     }
     for unit in sorted({u for units in calls.values() for u in units}):
-        deviants, usual_of, present = [], {}, []
+        deviants, steady, usual_of, present = [], [], {}, []
         for r in ranks:
             if unit not in calls[r.rank]:
                 continue
             present.append(r.rank)
             usual = _usual(patterns[r.rank], complete[r.rank], unit)
             made = patterns[r.rank][unit]
-            done = unit in complete[r.rank]
-            if usual is not None and (made != usual if done else made != usual[: len(made)]):
-                deviants.append(r.rank)
-                usual_of[r.rank] = next(
-                    calls[r.rank][u] for u in complete[r.rank] if u != unit and patterns[r.rank][u] == usual
-                )
-        if deviants and len(deviants) < len(present):
+            if usual is None:
+                continue
+            if made == usual if unit in complete[r.rank] else made == usual[: len(made)]:
+                steady.append(r.rank)
+                continue
+            deviants.append(r.rank)
+            usual_of[r.rank] = next(
+                calls[r.rank][u] for u in complete[r.rank] if u != unit and patterns[r.rank][u] == usual
+            )
+        if deviants and steady and len(deviants) + len(steady) == len(present):
             kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
-            first, steady = deviants[0], [r for r in present if r not in deviants]
+            first = deviants[0]
             made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
             return Evidence(
                 tuple(deviants),
@@ -183,20 +190,26 @@ def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) 
             return odd
         return ()
 
-    for found in (loop_exit(ranks), own_pattern(ranks)):
+    for found in (loop_exit(ranks), own_pattern(ranks), _faults_on(divergence, fired)):
         if odd := whole_groups(found):
             return dataclasses.replace(divergence, odd_ranks=odd, basis=found.shows)
     sizes = sorted(len(g.ranks) for g in divergence.groups)
     if len(sizes) >= 2 and sizes[0] < sizes[1]:
         smallest = min(divergence.groups, key=lambda g: len(g.ranks))
         return dataclasses.replace(divergence, odd_ranks=smallest.ranks, basis="")
+    return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
+
+
+def _faults_on(divergence: Divergence, fired) -> Evidence | None:
+    """The only group of the divergence with ranks a fault fired on (evidence 3 of the module docstring): the faults
+    that fired at the divergent calls' steps, else those that fired before them."""
+    steps = {g.call.step for g in divergence.groups if g.call is not None and g.call.step is not None}
+    if steps:
+        at = [f for f in fired if f.step in steps]
+        fired = at or [f for f in fired if f.step is None or f.step <= max(steps)]
     hit = {f.rank for f in fired}
     struck = [g for g in divergence.groups if hit & set(g.ranks)]
-    if len(struck) == 1:
-        faults = sorted({f.fault for f in fired if f.rank in struck[0].ranks})
-        return dataclasses.replace(
-            divergence,
-            odd_ranks=struck[0].ranks,
-            basis=f"a fault fired on {format_ranks(struck[0].ranks)} only: {', '.join(faults)}",
-        )
-    return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
+    if len(struck) != 1:
+        return None
+    faults = sorted({f.fault for f in fired if f.rank in struck[0].ranks})
+    return Evidence(struck[0].ranks, f"a fault fired on {format_ranks(struck[0].ranks)} only: {', '.join(faults)}")

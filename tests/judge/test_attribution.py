@@ -95,6 +95,16 @@ def test_a_fault_on_one_side_only_names_that_side():
     assert judged.odd_ranks == (1,) and "a fault fired on rank 1 only: RankOnlyBarrier(rank=1, step=0)" in judged.basis
 
 
+def test_a_loop_without_one_usual_unit_shows_nothing():
+    # gradient accumulation: every rank syncs every other step, so no rank has one usual step to depart from
+    def ar(step):
+        return Collective(0, "all_reduce", [[4]], "t.py:9 in f", step)
+
+    world = [rank(r, RankState.BLOCKED, [ar(s) for s in (1, 3)], last_step=3) for r in (0, 2, 3)]
+    world.insert(1, rank(1, RankState.FINISHED, [ar(2)], last_step=3))
+    assert own_pattern(world) is None
+
+
 def test_without_evidence_no_rank_is_named():
     world = [
         rank(0, RankState.BLOCKED, [Collective(1, "all_reduce", [[1]], "t.py:3 in f", 0)]),
@@ -114,28 +124,29 @@ def test_step_units_where_no_batch_was_drawn():
 
     world = [rank(r, RankState.BLOCKED, [ar(s) for s in range(4)], last_step=3) for r in (0, 1)]
     world.append(rank(2, RankState.FINISHED, [ar(s) for s in (0, 2, 3)], last_step=3))
+    assert own_pattern([rank(r.rank, r.state, r.collectives[:2], last_step=1) for r in world]) is None  # no habit yet
     evidence = own_pattern(world)
     assert evidence is not None and evidence.ranks == (2,)
     assert evidence.shows.startswith("in step 1 rank 2 made no collective, where its other steps made all_reduce([4])")
 
 
 def test_a_gloo_abort_blames_the_rank_whose_own_loop_changed_not_the_receiver():
-    # rank 1 skipped the criterion's all_reduce in batch 1: its bucket met rank 0's criterion all_reduce and gloo
+    # rank 1 skipped the criterion's all_reduce in batch 2: its bucket met rank 0's criterion all_reduce and gloo
     # aborted rank 0 (the receiver, no record of its own but ddpfaults' tracing); rank 1 saw "Connection reset"
     count = {"op": "all_reduce", "shapes": [[1]], "site": "loss.py:3 in criterion", "step": None}
     receiver = rank(
         0,
         RankState.DIED,
-        [Collective(0, batch=b, **count) for b in (0, 1)],
-        batches(2),
+        [Collective(0, batch=b, **count) for b in (0, 1, 2)],
+        batches(3),
         error="was killed by SIGABRT: ... Is there a distributed collective mismatch in your code?",
         failed_at=1.0,
     )
     sender = rank(
         1,
         RankState.RAISED,
-        [Collective(0, batch=0, **count), bucket(0), bucket(1)],
-        batches(2),
+        [Collective(0, batch=0, **count), bucket(0), Collective(0, batch=1, **count), bucket(1), bucket(2)],
+        batches(3),
         error="RuntimeError: Connection reset by peer",
         collateral=True,
         failed_at=1.1,
@@ -144,7 +155,7 @@ def test_a_gloo_abort_blames_the_rank_whose_own_loop_changed_not_the_receiver():
     root, text = root_cause(world, attribute(first_divergence(world), world), "ended", deviation=own_pattern(world))
     assert root == 1
     assert text.startswith("rank 1 diverged at collective #2: rank 0 called all_reduce([1]) at loss.py:3")
-    assert "(in DataLoader batch 1 rank 1 made all_reduce([9]) [DDP gradient bucket] so far" in text
+    assert "(in DataLoader batch 2 rank 1 made all_reduce([9]) [DDP gradient bucket] so far" in text
     assert "gloo detected the collective mismatch and rank 0 was killed by SIGABRT" in text
 
 

@@ -141,10 +141,10 @@ def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, c
 
 
 def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
-    """In step 1 ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3,
+    """In step 2 ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3,
     which left no flight-recorder dump. Among the survivors the recorder's vote finds rank 2 odd; what each rank did
-    (its step 1 against its step 0) names ranks 0, 1, whichever rank gloo aborted and whichever record saw the
-    buckets."""
+    (its step 2 against its steps 0 and 1) names ranks 0, 1, whichever rank gloo aborted and whichever record saw
+    the buckets."""
     from ddpfaults.judge.attribution import attribute
     from ddpfaults.judge.loop import _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
@@ -156,8 +156,8 @@ def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
         return Collective(1, "all_reduce", [[1]], "loss.py:3 in criterion", step)
 
     states = [RankState.RAISED, RankState.RAISED, RankState.RAISED, RankState.DIED]
-    usual = [count(0), bucket(0)]
-    traced = [usual + [bucket(1)]] * 2 + [usual + [count(1), bucket(1)]] * 2
+    usual = [count(0), bucket(0), count(1), bucket(1)]
+    traced = [usual + [bucket(2)]] * 2 + [usual + [count(2), bucket(2)]] * 2
 
     def judged(ranks, recorded):
         done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
@@ -166,9 +166,9 @@ def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
     def world(records):
         return [RankResult(rank=r, state=states[r], collectives=records[r]) for r in range(4)]
 
-    recorded = [usual + [bucket(1)]] * 2 + [usual + [count(1)], []]  # rank 3 left no dump
+    recorded = [usual + [bucket(2)]] * 2 + [usual + [count(2)], []]  # rank 3 left no dump
     assert judged(world(traced), recorded).odd_ranks == (0, 1)
-    recorded_all = [usual + [bucket(1)]] * 2 + [usual + [count(1)]] * 2  # every rank dumped: a 2-2 split
+    recorded_all = [usual + [bucket(2)]] * 2 + [usual + [count(2)]] * 2  # every rank dumped: a 2-2 split
     assert _divergence(world(traced), recorded_all).odd_ranks == ()  # no vote can tell
     assert judged(world(traced), recorded_all).odd_ranks == (0, 1)
     untraced = world([[c for c in t if not c.note] for t in traced])  # plain DDP: the survivors' vote says rank 2
