@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import errors
+from ddpfaults import errors, events
 from ddpfaults.engine import capacity, pool
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
@@ -205,7 +205,7 @@ class LocalWorld(loop.Observer):
                 alive = self.ranks.live()
                 self.ranks.close()
                 for i in alive:
-                    result.ranks[i].events.append({"k": "killed", "t": round(time.monotonic() - self.t0, 6)})
+                    result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
             result.reused = keep
             return result
         finally:
@@ -296,7 +296,7 @@ class LocalWorld(loop.Observer):
             self.procs[i].join(timeout=1)
             w = self.watches[i]
             w.exit_time = w.last_progress = now
-            w.events.append({"k": "exited", "t": now, "code": self.procs[i].exitcode})
+            w.events.append(events.event("exited", t=now, code=self.procs[i].exitcode))
         for w, p in zip(self.watches, self.procs, strict=True):
             w.read(None if w.exit_time is not None else p.pid)
 

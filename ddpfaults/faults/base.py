@@ -79,6 +79,11 @@ class Fault:
     #: declares it itself: a subclass that does not is not data-only (it may add an effect of its own).
     data_only = False
 
+    @property
+    def kills_with(self) -> str | None:
+        """The name of the signal this fault kills its rank with when it fires (None: it kills nothing)."""
+        return None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "__init__" in cls.__dict__:

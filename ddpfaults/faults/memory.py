@@ -30,9 +30,9 @@ class OutOfMemory(Fault):
 
         done = memory.limit(MARGIN)
         if done is None:
-            ctx.record_fired(self, "raised MemoryError: the address space could not be limited")
+            ctx.record_fired(self, "raised MemoryError: the address space could not be limited", effect="memory")
             raise MemoryError("injected out of memory (the address space could not be limited)")
-        ctx.record_fired(self, done)
+        ctx.record_fired(self, done, effect="memory")
 
     def same_effect(self, other: Fault) -> str | None:
         """Two OutOfMemory of one rank and step set one limit."""

@@ -92,6 +92,11 @@ class RankKilled(Fault):
                 f"continues it); use SIGKILL, SIGTERM, SIGINT, SIGABRT, SIGSEGV, SIGBUS..."
             )
 
+    @property
+    def kills_with(self) -> str:
+        """The name of the signal it sends its rank."""
+        return self.signal.name
+
     def on_step(self, ctx) -> None:
         """Send the signal to this rank's own process."""
         os.kill(os.getpid(), self.signal)  # returns only if the code under test handles the signal

@@ -44,7 +44,7 @@ def _unit_calls(rank: RankResult, by_batch: bool) -> dict[int, list[Collective]]
     units: dict[int, list[Collective]] = collections.defaultdict(list)
     for call in rank.collectives:
         unit = call.batch if by_batch else call.step
-        if unit is not None and call.op not in POINT_TO_POINT and "process group" not in call.note:
+        if unit is not None and call.op not in POINT_TO_POINT and call.group is None:
             units[unit].append(call)
     kind = "batch" if by_batch else "step"
     reached = {e[("index" if by_batch else "step")] for e in rank.events if e.get("k") == kind}

@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 
+from ddpfaults.events import MAKERS
 from ddpfaults.judge.results import Collective
 
 #: path pieces of frames that are machinery, never the call site a report should name
@@ -28,13 +29,20 @@ MACHINERY = (
     f"{os.sep}ddpfaults{os.sep}torchrun{os.sep}",
     f"{os.sep}multiprocessing{os.sep}",
 )
-#: (frame function, note): what made a collective when a DDP internal frame is on its stack
+#: (path piece, frame function, maker): who made a collective when such a frame is on its stack (None: any path or
+#: any function), first match wins: FSDP2 runs inside forward and backward too, so it is tried before DDP
 _MAKERS = (
-    ("_engine_run_backward", "DDP gradient bucket"),
-    ("_pre_forward", "DDP forward broadcast"),
-    ("_sync_module_states", "DDP construction"),
-    ("_verify_param_shape_across_processes", "DDP construction"),
+    (f"{os.sep}fsdp{os.sep}", "foreach_all_gather", "fsdp_all_gather"),
+    (f"{os.sep}fsdp{os.sep}", "foreach_reduce", "fsdp_reduce_scatter"),
+    (f"{os.sep}distributed{os.sep}tensor{os.sep}", "redistribute_local_tensor", "dtensor"),
+    (f"{os.sep}distributed{os.sep}checkpoint{os.sep}", None, "dcp"),
+    (f"{os.sep}nn{os.sep}parallel{os.sep}distributed.py", "_pre_forward", "ddp_forward"),
+    (None, "_engine_run_backward", "ddp_bucket"),
+    (None, "_sync_module_states", "ddp_construction"),
+    (None, "_verify_param_shape_across_processes", "ddp_construction"),
 )
+#: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch is here
+_OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")
 
 
 def read_dump(path: str) -> dict | None:
@@ -73,13 +81,28 @@ def stack_site(stack: str | None) -> str | None:
     return None
 
 
-def _note(entry: dict) -> str:
-    names = {frame.get("name") for frame in entry.get("frames") or []}
-    notes = [note for name, note in _MAKERS if name in names][:1]
+def _maker(entry: dict) -> str:
+    """Who made the entry's collective (a key of :data:`ddpfaults.events.MAKERS`), from the frames of its stack
+    (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch is its own
+    machinery, else the user's code."""
+    frames = [(frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []]
+    for piece, name, maker in _MAKERS:
+        if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in frames):
+            return maker
+    innermost = next((path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path), "")
+    return "ddpfaults" if any(piece in innermost for piece in _OWN) else "user"
+
+
+def _group(entry: dict) -> str | None:
+    """The entry's process group id, None for the default group."""
     group = entry.get("process_group") or ("0", "default_pg")
-    if str(group[0]) != "0":
-        notes.append(f"process group {group[0]}")
-    return "; ".join(notes)
+    return None if str(group[0]) == "0" else str(group[0])
+
+
+def _note(maker: str, group: str | None) -> str:
+    """The label a report shows beside the call: its maker's, and its process group's when not the default."""
+    notes = [MAKERS[maker]] if MAKERS[maker] else []
+    return "; ".join(notes + ([f"process group {group}"] if group is not None else []))
 
 
 def _completed(entry: dict, last_completed: int) -> bool:
@@ -143,7 +166,9 @@ def collectives(
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
                 site=_site(entry.get("frames") or []),
                 step=_step_of(entry, created, steps, times),
-                note=_note(entry),
+                note=_note(maker := _maker(entry), group := _group(entry)),
+                maker=maker,
+                group=group,
                 done=_completed(entry, completed),
                 wall=created,
                 wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,

@@ -23,6 +23,7 @@ import dataclasses
 import pickle
 import time
 
+from ddpfaults import events
 from ddpfaults.judge import flight
 from ddpfaults.judge.attribution import attribute, own_pattern
 from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
@@ -330,7 +331,7 @@ def _one_smallest(groups) -> tuple | None:
 
 def _traces_buckets(rank: RankResult) -> bool:
     """True if ddpfaults' tracing recorded the rank's DDP gradient buckets (the model was wrapped by ctx.ddp)."""
-    return any(c.note.startswith("DDP gradient bucket") for c in rank.collectives)
+    return any(c.maker == "ddp_bucket" for c in rank.collectives)
 
 
 def _recorded_collectives(observer: Observer, i: int) -> list:
@@ -339,9 +340,9 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     start = next((e for e in observer.watches[i].events if e["k"] == "start"), None)
     if dump is None or start is None:
         return []
-    events = observer.watches[i].events
-    steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in events if e["k"] == "step"]
-    batches = [(e["index"], e.get("pg_seq")) for e in events if e["k"] == "batch"]
+    timeline = observer.watches[i].events
+    steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in timeline if e["k"] == "step"]
+    batches = [(e["index"], e.get("pg_seq")) for e in timeline if e["k"] == "batch"]
     return flight.collectives(
         dump, since_wall=start["wall"], steps=steps, batches=batches
     )  # the recorder's clock is the wall clock
@@ -364,10 +365,10 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     divergence = attribute(_divergence(ranks, recorded), done, fired)
     root_rank, cause = root_cause(ranks, divergence, reason, deviation=own_pattern(done))
     elapsed = now - observer.t0
-    events = [{"k": "verdict", "t": round(elapsed, 6), "reason": str(reason)}]
+    timeline = [events.event("verdict", t=round(elapsed, 6), reason=str(reason))]
     if reason == StopReason.STALL:
         last = max(w.last_progress for w in observer.watches) - observer.t0
-        events.insert(0, {"k": "stall", "t": round(last, 6), "window": spec.stall})
+        timeline.insert(0, events.event("stall", t=round(last, 6), window=spec.stall))
     return WorldResult(
         outcome=world_outcome(ranks, reason),
         ranks=ranks,
@@ -376,7 +377,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         reason=reason.describe(spec),
         elapsed=elapsed,
         world_size=spec.world_size,
-        events=events,
+        events=timeline,
         seed=spec.seed,
         backend=spec.backend,
         peer_failure=spec.peer_failure,

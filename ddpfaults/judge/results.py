@@ -11,6 +11,8 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ddpfaults.events import SITELESS_MAKERS
+
 
 class Outcome(str, enum.Enum):
     """The verdict of a world or a rank. Its values are the strings users write in ``expect=``."""
@@ -78,6 +80,8 @@ class Collective:
     wall: float | None = None  # flight recorder: when the rank issued it (Unix seconds); None for a traced call
     wall_end: float | None = None  # flight recorder: when it was seen completed (NCCL; gloo records no end)
     batch: int | None = None  # the rank's last DataLoader batch (its n-th, from 0) drawn before the call, if any
+    maker: str = "user"  # who made it: one of ddpfaults.events.MAKERS (the user's code, DDP's buckets, FSDP, DCP...)
+    group: str | None = None  # the process group's id when not the default group
 
     def describe(self) -> str:
         """``all_reduce([1]) at criterion.py:42 in loss (step 3)``."""
@@ -87,10 +91,11 @@ class Collective:
         return f"{self.op}({shapes}){note} at {self.site}{step}"
 
     def signature(self) -> tuple:
-        """What must agree across ranks for the call to match. A call DDP makes itself (a note starting "DDP")
-        has no site of its own: the line that called forward or backward may differ while the call matches; an
-        :data:`ASYMMETRIC` call's shapes differ between its source and the other ranks by design."""
-        site = "" if self.note.startswith("DDP") else self.site
+        """What must agree across ranks for the call to match. A call DDP or FSDP makes itself (a maker of
+        :data:`~ddpfaults.events.SITELESS_MAKERS`) has no site of its own: the line that called forward or backward
+        may differ while the call matches; an :data:`ASYMMETRIC` call's shapes differ between its source and the
+        other ranks by design."""
+        site = "" if self.maker in SITELESS_MAKERS else self.site
         shapes = "" if self.op in ASYMMETRIC else json.dumps(self.shapes)
         return (self.op, shapes, self.note, site, self.step)
 
@@ -105,6 +110,8 @@ class FiredFault:
     rank: int
     step: int | None
     how: str
+    effect: str = ""  # what it did, as data: one of ddpfaults.events.EFFECTS
+    signal: str | None = None  # the signal it killed its rank with, if it did
 
     def describe(self) -> str:
         """``RankCrash(rank=1, step=2) fired on rank 1 at step 2 (on_step)``."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 
+from ddpfaults import events
 from ddpfaults.judge.results import Collective, FiredFault
 from ddpfaults.judge.verdict import innermost_frame
 
@@ -119,7 +119,7 @@ class RankWatch:
         lines = (self.pending + b"".join(chunks)).split(b"\n")
         self.pending = lines.pop()
         for line in lines:
-            self._apply(json.loads(line))
+            self._apply(events.decode(line))
         if lines:
             self.last_progress = time.monotonic()
             self.cpu_at_progress = cpu_seconds(pid) if pid else None
@@ -147,6 +147,7 @@ class RankWatch:
                 event["step"],
                 event.get("note", ""),
                 batch=event.get("batch"),
+                maker=event.get("maker", "user"),
             )
             if call.op != "init_process_group" and not call.op.startswith("store."):
                 self.collectives.append(call)  # waits that are not collectives are still "open" below
@@ -157,7 +158,17 @@ class RankWatch:
                 call.done = True
                 self.joined = self.joined or call.op == "init_process_group"
         elif kind == "fault":
-            self.fired.append(FiredFault(event["index"], event["fault"], self.rank, event.get("step"), event["how"]))
+            self.fired.append(
+                FiredFault(
+                    event["index"],
+                    event["fault"],
+                    self.rank,
+                    event.get("step"),
+                    event["how"],
+                    event.get("effect", ""),
+                    event.get("signal"),
+                )
+            )
         elif kind in ("finished", "failed"):
             self.ended = kind
             self.leftovers = event.get("leftovers")

@@ -61,7 +61,7 @@ def install(current) -> None:
         if _wait_for(lambda: os.path.exists(mid)):
             done = os.path.exists(_flag(active, f"done.{active.current_step}"))
             state = "after the writer's held save had completed" if done else "while the writer was mid-file"
-            active.record_fired(torn[0], f"torch.load of {_name(f)} started {state}")
+            active.record_fired(torn[0], f"torch.load of {_name(f)} started {state}", effect="checkpoint")
         try:
             return original_load(f, *args, **kwargs)
         finally:
@@ -129,7 +129,7 @@ def _write_interrupted(ctx, fault: _CheckpointFault, data: bytes, f) -> None:
             os.fsync(handle.fileno())
         where = f"{_name(f)} after {half} of {len(data)} bytes"
         if isinstance(fault, WriterKilledMidSave):
-            ctx.record_fired(fault, f"SIGKILLed the writer mid-save of {where}")
+            ctx.record_fired(fault, f"SIGKILLed the writer mid-save of {where}", effect="checkpoint", signal="SIGKILL")
             os.kill(os.getpid(), signal.SIGKILL)
         readers = [r for r in range(ctx.world_size) if r != ctx.rank]
         _write_flag(_flag(ctx, f"mid.{ctx.current_step}"))
@@ -139,7 +139,7 @@ def _write_interrupted(ctx, fault: _CheckpointFault, data: bytes, f) -> None:
             if released
             else f"the {HANDSHAKE_LIMIT:g} s handshake limit"
         )
-        ctx.record_fired(fault, f"held torch.save of {where} until {how}")
+        ctx.record_fired(fault, f"held torch.save of {where} until {how}", effect="checkpoint")
         handle.write(data[half:])
         handle.flush()
         _write_flag(_flag(ctx, f"done.{ctx.current_step}"))

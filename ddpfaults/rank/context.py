@@ -7,7 +7,6 @@ is current (a warm rank runs many jobs, one context each) and fall through when 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import threading
@@ -17,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ddpfaults import events
 from ddpfaults.faults import Fault
 from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
 from ddpfaults.rank import checkpoint, memory
@@ -52,11 +52,9 @@ class EventLog:
         """Write one event stamped with the system-wide monotonic clock (``t``, the judge's) and the wall clock
         (``wall``: torch's flight recorder stamps collectives with it, so steps and collectives order exactly);
         return it."""
-        fields["k"] = kind
-        fields["t"] = time.monotonic()
-        fields["wall"] = time.time()
-        os.write(self._fd, (json.dumps(fields, default=str) + "\n").encode())
-        return fields
+        record = events.event(kind, t=time.monotonic(), wall=time.time(), **fields)
+        os.write(self._fd, events.encode(record).encode())
+        return record
 
 
 def _default_group_seq() -> int | None:
@@ -143,7 +141,7 @@ class RankContext:
             fault.arm(self)
         for fault in active:
             if type(fault).on_step is not Fault.on_step:
-                self.record_fired(fault, "on_step")
+                self.record_fired(fault, "on_step", effect="on_step", signal=fault.kills_with)
                 fault.on_step(self)
 
     def intercept_checkpoints(self) -> None:
@@ -171,7 +169,7 @@ class RankContext:
         self._claimed.add(kind)
         for fault in self._active():
             if isinstance(fault, kind):
-                self.record_fired(fault, "queried")
+                self.record_fired(fault, "queried", effect="queried")
                 return fault
         return None
 
@@ -191,9 +189,18 @@ class RankContext:
         self._fired_once.add(key)
         return True
 
-    def record_fired(self, fault, how: str) -> None:
-        """Record in this rank's timeline that ``fault`` took effect (``how``: what it did)."""
-        self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)
+    def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None) -> None:
+        """Record in this rank's timeline that ``fault`` took effect: ``how`` says what it did in words, ``effect``
+        as data (one of :data:`ddpfaults.events.EFFECTS`), ``signal`` the signal it kills the rank with, if any."""
+        self._events.emit(
+            "fault",
+            index=self.faults.index(fault),
+            fault=repr(fault),
+            how=how,
+            step=self.current_step,
+            effect=effect,
+            signal=signal,
+        )
 
     # -- collectives ----------------------------------------------------------------------
     def batch_drawn(self, iterator: int, yielded: int) -> None:
@@ -207,11 +214,19 @@ class RankContext:
         it ends here."""
         self._events.emit("loader_end", it=iterator, yielded=yielded)
 
-    def _enter(self, op: str, shapes: list, site: str, note: str = "") -> int:
+    def _enter(self, op: str, shapes: list, site: str, note: str = "", maker: str = "user") -> int:
         self._seq += 1
         batch = {"batch": self.batches - 1} if self.batches else {}
         self._events.emit(
-            "enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note, **batch
+            "enter",
+            seq=self._seq,
+            op=op,
+            shapes=shapes,
+            site=site,
+            step=self.current_step,
+            note=note,
+            maker=maker,
+            **batch,
         )
         return self._seq
 
@@ -242,7 +257,8 @@ class RankContext:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
-        seq = self._enter("all_reduce", [list(buffer.shape)], call_site(), note=f"DDP gradient bucket {bucket.index()}")
+        label = events.MAKERS["ddp_bucket"]
+        seq = self._enter("all_reduce", [list(buffer.shape)], call_site(), f"{label} {bucket.index()}", "ddp_bucket")
         original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
         future = original(buffer, group=group, async_op=True).get_future()
 
@@ -262,7 +278,7 @@ def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
     """When a fault skips this DDP gradient bucket's all_reduce: a done future holding the rank's own gradients."""
     for fault in ctx._active():
         if fault.skips_collective(ctx, DDP_BUCKET):
-            ctx.record_fired(fault, f"skipped the all_reduce of DDP gradient bucket {bucket.index()}")
+            ctx.record_fired(fault, f"skipped the all_reduce of DDP gradient bucket {bucket.index()}", effect="skipped")
             future = torch.futures.Future()
             future.set_result(bucket.buffer())
             return future
@@ -274,7 +290,7 @@ def entering(ctx: RankContext, op: str) -> None:
     for fault in ctx._active():
         done = fault.before_collective(ctx, op)
         if done is not None:
-            ctx.record_fired(fault, done)
+            ctx.record_fired(fault, done, effect="at_collective")
 
 
 def current() -> RankContext | None:
@@ -295,7 +311,7 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
     if skippable:
         for fault in ctx._active():
             if fault.skips_collective(ctx, op):
-                ctx.record_fired(fault, f"skipped {op}")
+                ctx.record_fired(fault, f"skipped {op}", effect="skipped")
                 return None
         entering(ctx, op)
     seq = ctx._enter(op, shapes, call_site(), note=note)

@@ -100,7 +100,8 @@ def _next_batch(original):
                 if not getattr(self, "_ddpfaults_cut", False):
                     original(self)  # a loader with no batch left ends here (StopIteration): nothing was cut off
                     self._ddpfaults_cut = True
-                    ctx.record_fired(limits[0], f"stopped a DataLoader iterator after {yielded} batch(es)")
+                    how = f"stopped a DataLoader iterator after {yielded} batch(es)"
+                    ctx.record_fired(limits[0], how, effect="stopped_loader")
                 raise StopIteration
             batch = original(self)
         except StopIteration:
@@ -118,7 +119,7 @@ def _next_batch(original):
         for fault in ctx.seam_faults():
             changed = fault.on_batch(batch)
             if changed is not None and ctx.once(fault):  # the step's first batch only (a skipped step repeats it)
-                ctx.record_fired(fault, f"changed DataLoader batch {yielded} of this iterator")
+                ctx.record_fired(fault, f"changed DataLoader batch {yielded} of this iterator", effect="changed_batch")
                 batch = changed
         return batch
 
@@ -133,7 +134,7 @@ def _construct_ddp(original):
             changed = fault.ddp_kwargs(ctx.rank, args, kwargs)
             if changed is not None:
                 given = ", ".join(f"{k}={v!r}" for k, v in changed.items() if kwargs.get(k) != v)
-                ctx.record_fired(fault, f"DistributedDataParallel constructed with {given}")
+                ctx.record_fired(fault, f"DistributedDataParallel constructed with {given}", effect="ddp_arguments")
                 kwargs = changed
         original(self, module, *args, **kwargs)
         if ctx is not None and not context.building_traced_ddp():

@@ -130,9 +130,7 @@ def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float
     parts += _collectives(r, times, scale, divergence, timeline_calls(r) if calls is None else calls)
     div_index = divergence.index if divergence else None
     if div_index and result is not None and len(result.collectives) < div_index and state not in DEAD:
-        skipped = [
-            e["t"] for e in times.events if e.get("k") == "fault" and str(e.get("how", "")).startswith("skipped")
-        ]
+        skipped = [e["t"] for e in times.events if e.get("k") == "fault" and e.get("effect") == "skipped"]
         parts.append(
             item(
                 "mk divergence-absent",

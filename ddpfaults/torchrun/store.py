@@ -21,13 +21,13 @@ seconds since ``t0``.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
 import threading
 import time
 
+from ddpfaults import events
 from ddpfaults.judge import loop
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.judge.watch import RankWatch, main_thread, tail, telling_line
@@ -72,9 +72,8 @@ class StoreEventLog:
     def emit(self, kind: str, **fields) -> None:
         """Record one event stamped with the wall clock (``t`` and ``wall`` alike, the fields every event sink
         gives; published now if its kind is urgent)."""
-        fields["k"] = kind
-        fields["t"] = fields["wall"] = time.time()
-        line = json.dumps(fields, default=str) + "\n"
+        now = time.time()
+        line = events.encode(events.event(kind, t=now, wall=now, **fields))
         with self._lock:
             self._lines.append(line)
         if kind in self.URGENT and self.store is not None:
@@ -119,7 +118,7 @@ class StoreRankWatch(RankWatch):
         """Apply one chunk of JSON-lines events, seen at judge time ``now``."""
         lines = [line for line in chunk.split(b"\n") if line.strip()]
         for line in lines:
-            event = json.loads(line)
+            event = events.decode(line)
             self._apply(event)
             kind = event["k"]
             if kind == "start":
@@ -284,8 +283,8 @@ def _death_text(w: StoreRankWatch, output: str) -> str:
     """``died without reporting ...: <the most telling line it printed>; its last event: <a fault>``."""
     last = next((e for e in reversed(w.events) if e["k"] != "terminated"), None)
     signal_name = next((name for marker, name in _FATAL_SIGNALS if marker in output), None)
-    if last is not None and last["k"] == "fault" and str(last.get("how", "")).startswith("SIGKILLed"):
-        signal_name = "SIGKILL"  # the rank's own fault killed it; the fault's event says so before the kill
+    if last is not None and last["k"] == "fault" and last.get("signal"):
+        signal_name = last["signal"]  # the rank's own fault killed it; the fault's event says so before the kill
     if signal_name:
         text = f"was killed by {signal_name}"
     elif not w.hb:

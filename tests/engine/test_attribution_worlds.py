@@ -7,7 +7,7 @@ import pytest
 
 from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import EmptyBatch, RankOnlyBarrier, UnevenInputs
-from rankfns import asymmetric_collectives, split_train
+from rankfns import asymmetric_collectives, fsdp_dcp_round_trip, split_train
 
 SPLIT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "split_train.py"
@@ -50,3 +50,19 @@ def test_asymmetric_collectives_of_a_completed_world_are_no_divergence(world_siz
     assert "divergent" not in result.report()
     ops = {c.op for c in result.ranks[0].collectives}
     assert {"scatter", "gather"} <= ops, ops  # the record saw them, and matched them across ranks
+
+
+def test_an_fsdp2_and_dcp_world_is_recorded_by_maker_with_no_divergence(tmp_path):
+    """FSDP2 trains, DCP saves and loads (its scatter and gather pass lists on one rank only): the world completes
+    with no divergence, and each recorded collective says who made it (FSDP, DTensor, DCP), never DDP."""
+    result = run_world(
+        fsdp_dcp_round_trip, world_size=2, kwargs={"checkpoint_dir": str(tmp_path / "ckpt")}, timeout=120
+    )
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None and "divergent" not in result.report()
+    before, after = result.values[0]
+    assert before == after and result.values[0] == result.values[1]  # the round trip kept the full state
+    makers = {(c.op, c.maker) for c in result.ranks[0].collectives}
+    assert ("all_gather", "fsdp_all_gather") in makers and ("scatter", "dcp") in makers, makers
+    assert any(maker == "fsdp_reduce_scatter" for _, maker in makers), makers
+    assert not any(maker.startswith("ddp") for _, maker in makers), makers

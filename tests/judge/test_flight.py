@@ -71,3 +71,29 @@ def test_a_collective_is_placed_in_its_step_by_sequence_number_not_by_the_record
     assert [c.step for c in with_seq] == [0, 1]
     by_time = collectives(dump, since_wall=None, steps=[(1000.05, 0), (1000.2, 1)])
     assert [c.step for c in by_time] == [0, 0]
+
+
+def _entry(*frames):
+    return {"frames": [{"filename": path, "name": name, "line": 1} for path, name in frames]}
+
+
+def test_a_recorded_collective_says_who_made_it():
+    from ddpfaults.judge.flight import _maker
+
+    torch_dir = "/venv/site-packages/torch"
+    user = ("/home/me/train.py", "main")
+    backward = (f"{torch_dir}/autograd/graph.py", "_engine_run_backward")
+    assert _maker(_entry((f"{torch_dir}/distributed/distributed_c10d.py", "all_reduce"), user)) == "user"
+    assert _maker(_entry(backward, user)) == "ddp_bucket"
+    fsdp = f"{torch_dir}/distributed/fsdp/_fully_shard"
+    # FSDP2 reduces in backward and gathers in its own _pre_forward: never DDP's
+    assert _maker(_entry((f"{fsdp}/_fsdp_collectives.py", "foreach_reduce"), backward, user)) == "fsdp_reduce_scatter"
+    gather = _entry((f"{fsdp}/_fsdp_collectives.py", "foreach_all_gather"), (f"{fsdp}/_fsdp_state.py", "_pre_forward"))
+    assert _maker(gather) == "fsdp_all_gather"
+    ddp_forward = _entry((f"{torch_dir}/nn/parallel/distributed.py", "_pre_forward"), user)
+    assert _maker(ddp_forward) == "ddp_forward"
+    assert _maker(_entry((f"{torch_dir}/distributed/checkpoint/utils.py", "scatter_object"), user)) == "dcp"
+    own = _entry(("/src/ddpfaults/faults/step.py", "on_step"), ("/src/ddpfaults/rank/job.py", "run_job"))
+    assert _maker(own) == "ddpfaults"
+    toy = _entry(("/src/ddpfaults/toy/models.py", "_reduce_num_masks"), ("/src/ddpfaults/rank/job.py", "run_job"))
+    assert _maker(toy) == "user"  # code ddpfaults ships for scenarios is the user's side

@@ -88,11 +88,13 @@ def test_ddp_internal_calls_from_different_lines_match_but_user_calls_do_not():
     """A rank that runs forward from another line (an empty batch's zero loss) makes the same DDP broadcast."""
     broadcast = {"op": "broadcast", "shapes": [[5]], "step": 1}
     at = [
-        Collective(seq=1, site=f"train.py:{line} in main", note="DDP forward broadcast", **broadcast)
+        Collective(
+            seq=1, site=f"train.py:{line} in main", note="DDP forward broadcast", maker="ddp_forward", **broadcast
+        )
         for line in (48, 50)
     ]
     assert first_divergence([rank(0, collectives=[at[0]]), rank(1, collectives=[at[1]])]) is None
-    user = [dataclasses.replace(c, note="") for c in at]
+    user = [dataclasses.replace(c, note="", maker="user") for c in at]
     assert first_divergence([rank(0, collectives=[user[0]]), rank(1, collectives=[user[1]])]) is not None
 
 

@@ -282,3 +282,39 @@ def asymmetric_collectives(ctx):
     dist.broadcast_object_list(shared, src=0)
     dist.gather_object(objects[0], [None] * ctx.world_size if ctx.rank == 0 else None, dst=0)
     return [float(out[0]), objects[0]["r"], len(shared[0]["plan"])]
+
+
+def fsdp_dcp_round_trip(ctx, checkpoint_dir, steps=2):
+    """FSDP2 (``fully_shard`` per layer and on the root, a 1-D CPU mesh) trains ``steps`` steps, saves with DCP,
+    loads it back into a fresh model; returns the gathered full state's sum before the save and after the load."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        mesh = init_device_mesh("cpu", (ctx.world_size,))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+
+    def full_sum(model):
+        return float(sum(p.full_tensor().sum() for p in model.parameters()))
+
+    model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(1 + ctx.rank)
+    for step in range(steps):
+        ctx.step(step)
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    before = full_sum(model)
+    dcp.save({"model": model.state_dict()}, checkpoint_id=checkpoint_dir)
+    restored = build()
+    state = {"model": restored.state_dict()}
+    dcp.load(state, checkpoint_id=checkpoint_dir)
+    restored.load_state_dict(state["model"])
+    return [before, full_sum(restored)]

@@ -1,0 +1,93 @@
+"""The event schema: every kind of event a world's timeline holds and its fields, one encoder, one decoder.
+
+A rank writes its events as JSON lines (a local rank to its event file, a torchrun worker through the store); the
+launcher adds the ones only it can see (``exited``, ``killed``) and the judge the world's own (``stall``,
+``verdict``). Every event is a plain dict: ``k`` (its kind), ``t`` (seconds: the writer's clock; the judge makes it
+seconds since the world started), ``wall`` (Unix seconds, where the writer stamps it) and the fields its kind lists
+in :data:`KINDS`. :func:`event` builds one (refusing an unknown kind or field), :func:`encode` and :func:`decode`
+turn it into a line and back. Imports nothing of ddpfaults, nor torch: the ranks, observers, judge and reports all
+use it. docs/report-schema.md describes each kind for readers of the JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+
+#: every event kind and the fields it may carry besides ``k``, ``t`` and ``wall``
+KINDS: dict[str, frozenset] = {
+    kind: frozenset(fields)
+    for kind, fields in {
+        "start": ("pid", "main_thread", "fresh_record", "host", "local_rank", "output"),
+        "step": ("step", "clock", "pg_seq"),
+        "batch": ("index", "it", "n", "pg_seq"),
+        "loader_end": ("it", "yielded"),
+        "enter": ("seq", "op", "shapes", "site", "step", "note", "maker", "batch", "pg_seq"),
+        "exit": ("seq",),
+        "fault": ("index", "fault", "how", "step", "effect", "signal"),
+        "log": ("msg", "step"),
+        "failed": ("error", "site", "step", "pg_seq"),
+        "finished": ("step", "leftovers", "pg_seq"),
+        "terminated": ("signal",),
+        "severed": ("sockets",),
+        "exited": ("code",),
+        "killed": (),
+        "stall": ("window",),
+        "verdict": ("reason",),
+    }.items()
+}
+
+#: who made a collective (a Collective's ``maker``, an ``enter`` event's): the label a report shows for it
+MAKERS = {
+    "user": "",
+    "ddp_bucket": "DDP gradient bucket",
+    "ddp_forward": "DDP forward broadcast",
+    "ddp_construction": "DDP construction",
+    "fsdp_all_gather": "FSDP all-gather",
+    "fsdp_reduce_scatter": "FSDP reduce-scatter",
+    "dtensor": "DTensor redistribute",
+    "dcp": "DCP",
+    "ddpfaults": "ddpfaults",
+}
+#: makers whose calls have no call site of their own (the user's forward or backward line may differ between ranks)
+SITELESS_MAKERS = frozenset({"ddp_bucket", "ddp_forward", "ddp_construction", "fsdp_all_gather", "fsdp_reduce_scatter"})
+
+#: what a fault did when it fired (a ``fault`` event's ``effect``)
+EFFECTS = frozenset(
+    {
+        "on_step",  # it acted as its step began (a crash, a kill, a straggler's pause, a lone barrier)
+        "queried",  # the rank function asked for it (ctx.fault) and acts on it itself
+        "skipped",  # a collective (or a DDP gradient bucket's all_reduce) was not made
+        "at_collective",  # it acted as the rank entered a collective (a slow or dropped link)
+        "changed_batch",  # a DataLoader batch was changed (emptied, a key dropped)
+        "stopped_loader",  # a DataLoader iterator was cut short
+        "ddp_arguments",  # DistributedDataParallel got other arguments
+        "checkpoint",  # a checkpoint save or load was torn, held or killed
+        "memory",  # an allocation limit took effect
+    }
+)
+
+
+def event(kind: str, **fields) -> dict:
+    """An event of ``kind`` with ``fields`` (which may include ``t`` and ``wall``); ValueError for an unknown kind,
+    an unknown field or an unknown ``effect``/``maker``."""
+    allowed = KINDS.get(kind)
+    if allowed is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    unknown = set(fields) - allowed - {"t", "wall"}
+    if unknown:
+        raise ValueError(f"event {kind!r} has no field(s) {', '.join(sorted(unknown))}")
+    if kind == "fault" and fields.get("effect") not in EFFECTS:
+        raise ValueError(f"fault event: unknown effect {fields.get('effect')!r}")
+    if kind == "enter" and fields.get("maker", "user") not in MAKERS:
+        raise ValueError(f"enter event: unknown maker {fields.get('maker')!r}")
+    return {"k": kind, **fields}
+
+
+def encode(record: dict) -> str:
+    """One event as a JSON line (values JSON cannot hold are written as their ``str``)."""
+    return json.dumps(record, default=str) + "\n"
+
+
+def decode(line: str | bytes) -> dict:
+    """One JSON line back into its event."""
+    return json.loads(line)
