@@ -41,8 +41,10 @@ _MAKERS = (
     (None, "_sync_module_states", "ddp_construction"),
     (None, "_verify_param_shape_across_processes", "ddp_construction"),
 )
-#: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch is here
+#: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch and the
+#: tracing wrappers is here
 _OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")
+_TRACING = f"{os.sep}ddpfaults{os.sep}rank{os.sep}context.py"
 
 
 def read_dump(path: str) -> dict | None:
@@ -83,13 +85,13 @@ def stack_site(stack: str | None) -> str | None:
 
 def _maker(entry: dict) -> str:
     """Who made the entry's collective (a key of :data:`ddpfaults.events.MAKERS`), from the frames of its stack
-    (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch is its own
-    machinery, else the user's code."""
+    (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch and the
+    tracing wrappers every traced call passes through is its own machinery, else the user's code."""
     frames = [(frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []]
     for piece, name, maker in _MAKERS:
         if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in frames):
             return maker
-    innermost = next((path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path), "")
+    innermost = next((path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path and _TRACING not in path), "")
     return "ddpfaults" if any(piece in innermost for piece in _OWN) else "user"
 
 

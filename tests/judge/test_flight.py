@@ -93,7 +93,11 @@ def test_a_recorded_collective_says_who_made_it():
     ddp_forward = _entry((f"{torch_dir}/nn/parallel/distributed.py", "_pre_forward"), user)
     assert _maker(ddp_forward) == "ddp_forward"
     assert _maker(_entry((f"{torch_dir}/distributed/checkpoint/utils.py", "scatter_object"), user)) == "dcp"
-    own = _entry(("/src/ddpfaults/faults/step.py", "on_step"), ("/src/ddpfaults/rank/job.py", "run_job"))
+    tracing = ("/src/ddpfaults/rank/context.py", "_traced_call")
+    own = _entry(tracing, ("/src/ddpfaults/faults/step.py", "on_step"), ("/src/ddpfaults/rank/job.py", "run_job"))
     assert _maker(own) == "ddpfaults"
+    assert (
+        _maker(_entry(tracing, ("/home/me/rankfns.py", "train"), ("/src/ddpfaults/rank/job.py", "run_job"))) == "user"
+    )
     toy = _entry(("/src/ddpfaults/toy/models.py", "_reduce_num_masks"), ("/src/ddpfaults/rank/job.py", "run_job"))
     assert _maker(toy) == "user"  # code ddpfaults ships for scenarios is the user's side
