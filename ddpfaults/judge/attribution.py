@@ -62,16 +62,16 @@ def _signature(call: Collective) -> tuple:
     return call.signature()[:4]
 
 
-def _shared_once(calls: dict[int, dict[int, list[Collective]]]) -> set:
-    """The calls every rank that makes them makes in one unit only, made by more than one rank: set-up and
-    wind-down (DDP rebuilding its buckets in its second forward, a closing barrier), not part of the loop's pattern.
-    Such a call made by one rank alone stays (it may be the divergence)."""
-    units_with: dict[tuple, list[int]] = collections.defaultdict(list)
+def _once(calls: dict[int, dict[int, list[Collective]]]) -> set:
+    """The calls no rank makes in more than one unit: set-up and wind-down (DDP rebuilding its buckets in its second
+    forward, a closing barrier), not part of the loop's pattern. Some ranks' records lack them altogether (a rank
+    gloo aborted has only ddpfaults' tracing, which does not see DDP's own calls)."""
+    most: dict[tuple, int] = collections.defaultdict(int)
     for units in calls.values():
         counts = collections.Counter(s for cs in units.values() for s in {_signature(c) for c in cs})
         for signature, n in counts.items():
-            units_with[signature].append(n)
-    return {s for s, ns in units_with.items() if max(ns) == 1 and len(ns) > 1}
+            most[signature] = max(most[signature], n)
+    return {s for s, n in most.items() if n == 1}
 
 
 #: complete units a rank's usual pattern must be seen in (one unit, say a step every rank skipped, is no habit)
@@ -107,7 +107,7 @@ def own_pattern(ranks: list[RankResult]) -> Evidence | None:
     """
     by_batch = _by_batch(ranks)
     calls = {r.rank: _unit_calls(r, by_batch) for r in ranks}
-    once = _shared_once(calls)
+    once = _once(calls)
     calls = {
         r: {u: [c for c in cs if _signature(c) not in once] for u, cs in units.items()} for r, units in calls.items()
     }
@@ -198,6 +198,21 @@ def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) 
         smallest = min(divergence.groups, key=lambda g: len(g.ranks))
         return dataclasses.replace(divergence, odd_ranks=smallest.ranks, basis="")
     return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
+
+
+def culprits(ranks: list[RankResult], fired=()) -> Evidence | None:
+    """The ranks the evidence singles out where no divergent collective was found (a rank gloo aborted left no
+    record to compare): the first of :func:`loop_exit`, :func:`own_pattern`, and the only ranks a fault fired on
+    (at the latest step any fired, when some ranks but not all)."""
+    found = loop_exit(ranks) or own_pattern(ranks)
+    if found is not None or not fired:
+        return found
+    last = max((f.step for f in fired if f.step is not None), default=None)
+    hit = sorted({f.rank for f in fired if f.step == last})
+    if len(hit) >= len(ranks):
+        return None
+    faults = sorted({f.fault for f in fired if f.rank in hit and f.step == last})
+    return Evidence(tuple(hit), f"a fault fired on {format_ranks(hit)} only: {', '.join(faults)}")
 
 
 def _faults_on(divergence: Divergence, fired) -> Evidence | None:

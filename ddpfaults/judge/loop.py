@@ -25,7 +25,7 @@ import time
 
 from ddpfaults import events
 from ddpfaults.judge import flight
-from ddpfaults.judge.attribution import attribute, own_pattern
+from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     first_divergence,
@@ -363,7 +363,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     divergence = attribute(_divergence(ranks, recorded), done, fired)
-    root_rank, cause = root_cause(ranks, divergence, reason, deviation=own_pattern(done))
+    root_rank, cause = root_cause(ranks, divergence, reason, deviation=culprits(done, fired))
     elapsed = now - observer.t0
     timeline = [events.event("verdict", t=round(elapsed, 6), reason=str(reason))]
     if reason == StopReason.STALL:

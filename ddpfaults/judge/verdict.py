@@ -117,8 +117,8 @@ def root_cause(
     Order: the earliest failure that is not collateral (where gloo aborted a receiver on a mismatch: the ranks
     that diverged, if the divergence or ``deviation`` shows them); else (at the start-up limit) the ranks that
     never joined the process group; else (at the timeout) the ranks still running outside any collective; else
-    the odd ranks of the first divergent collective; else the ranks that left their own pattern
-    (``deviation``: :func:`ddpfaults.judge.attribution.own_pattern`); else the earliest collateral failure; else
+    the odd ranks of the first divergent collective; else the ranks the evidence singles out
+    (``deviation``: :func:`ddpfaults.judge.attribution.culprits`); else the earliest collateral failure; else
     where the ranks stood.
     """
     if all(r.state == RankState.FINISHED for r in ranks):

@@ -66,3 +66,17 @@ def test_an_fsdp2_and_dcp_world_is_recorded_by_maker_with_no_divergence(tmp_path
     assert ("all_gather", "fsdp_all_gather") in makers and ("scatter", "dcp") in makers, makers
     assert any(maker == "fsdp_reduce_scatter" for _, maker in makers), makers
     assert not any(maker.startswith("ddp") for _, maker in makers), makers
+
+
+@pytest.mark.parametrize(
+    "faults, argv",
+    [([EmptyBatch(rank=1, step=2)], ["--criterion"]), ([], ["--criterion", "--empty-rank", "1", "--empty-batch", "2"])],
+    ids=["fault", "data"],
+)
+def test_a_gloo_size_abort_names_the_rank_that_skipped_not_the_receiver(faults, argv):
+    """One against one: rank 1 skips batch 2 (its sample-count all_reduce and its backward); its next count meets
+    rank 0's gradient all_reduce and gloo aborts whichever rank received the other's: rank 1 is named either way."""
+    result = run_script(SPLIT, argv, world_size=2, faults=faults, timeout=60)
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank == 1, result.report()
+    assert "gloo detected the collective mismatch" in result.root_cause, result.report()
