@@ -301,7 +301,7 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
     at the record's call site join it, the others group by the site they died at; the smallest group is odd. None
     unless every unrecorded rank was aborted so and one group is the single smallest."""
     lasts = [recorded[i][-1] for i in having]
-    if len({(c.signature(), c.site) for c in lasts}) != 1 or len({len(recorded[i]) for i in having}) != 1:
+    if len({(c.signature(), c.site, c.seq) for c in lasts}) != 1:
         return None
     sites: dict = {lasts[0].site: list(having)}
     for rank in unrecorded:
@@ -315,7 +315,7 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
         else DivergenceGroup(tuple(sorted(members)), None, f"gloo aborted them in a collective at {site}")
         for site, members in sites.items()
     )
-    return groups and Divergence(len(recorded[having[0]]), groups, groups[-1].ranks)
+    return groups and Divergence(lasts[0].seq, groups, groups[-1].ranks)
 
 
 def _one_smallest(groups) -> tuple | None:
@@ -339,7 +339,8 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     if dump is None or start is None:
         return []
     steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in observer.watches[i].events if e["k"] == "step"]
-    return flight.collectives(dump, since_wall=start["wall"], steps=steps)  # the recorder's clock is the wall clock
+    fresh = bool(start.get("fresh_record"))  # the record began empty with the job: numbered by torch's record ids
+    return flight.collectives(dump, since_wall=start["wall"], steps=steps, fresh=fresh)  # the recorder's clock: wall
 
 
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **about) -> WorldResult:
@@ -349,6 +350,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     ``about`` holds the :class:`WorldResult` fields the judge cannot know (function, replay, ...).
     """
     observer.collect_flight_records(observer.live(time.monotonic()))
+    # the dumps were taken after the stop: read what the ranks wrote before them (a world still training at its
+    # timeout made steps meanwhile), so that every recorded collective is placed in the step it was made in
+    observer.poll(0)
     now = time.monotonic()
     recorded = [_recorded_collectives(observer, i) for i in range(len(observer.watches))]
     ranks = [rank_result(observer, i, reason, now, spec.peer_failure, recorded[i]) for i in range(len(recorded))]

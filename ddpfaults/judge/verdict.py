@@ -73,12 +73,16 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
 
     Ranks that raised or died are compared only up to where they stopped: a crash ends
     a sequence early without being a divergence (its error is the root cause instead). Point-to-point ops
-    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs.
+    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. A record that
+    torch's ring buffer cut short begins after collective #1 (its first ``seq``): every sequence is compared
+    from the latest first collective any rank's record holds, so records cut at different points still line up.
+    The divergence is numbered by its collectives' ``seq``.
     """
     if len(ranks) < 2:
         return None
     live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
-    calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT] for r in ranks}
+    start = max((r.collectives[0].seq for r in ranks if r.collectives), default=1)
+    calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT and c.seq >= start] for r in ranks}
     longest = max((len(c) for c in calls.values()), default=0)
     for i in range(longest):
         groups: dict = {}
@@ -94,7 +98,8 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
         if len(groups) > 1:
             ordered = sorted(groups.values(), key=lambda g: (-len(g[1]), g[1][0]))
             odd = min(ordered, key=_oddness)[1]
-            return Divergence(i + 1, tuple(DivergenceGroup(tuple(r), *what) for what, r, _ in ordered), tuple(odd))
+            index = min(what[0].seq for what, _, _ in ordered if what[0] is not None)
+            return Divergence(index, tuple(DivergenceGroup(tuple(r), *what) for what, r, _ in ordered), tuple(odd))
     return None
 
 
