@@ -24,15 +24,14 @@ import pickle
 import time
 
 from ddpfaults.judge import flight
-from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
+from ddpfaults.judge.results import Divergence, DivergenceGroup, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
+    decide,
     first_divergence,
     gloo_aborted,
     is_waiting_stack,
     mark_collateral,
-    root_cause,
     unfired_faults,
-    world_outcome,
 )
 from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
 from ddpfaults.spec import RunSpec, StopReason
@@ -357,8 +356,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     recorded = [_recorded_collectives(observer, i) for i in range(len(observer.watches))]
     ranks = [rank_result(observer, i, reason, now, spec.peer_failure, recorded[i]) for i in range(len(recorded))]
     mark_collateral(ranks)
-    divergence = _divergence(ranks, recorded)
-    root_rank, cause = root_cause(ranks, divergence, reason)
+    decision = decide(ranks, _divergence(ranks, recorded), reason, deadline=spec.timeout, stall=spec.stall)
+    for rank in ranks:
+        rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
     events = [{"k": "verdict", "t": round(elapsed, 6), "reason": str(reason)}]
     if reason == StopReason.STALL:
@@ -366,10 +366,10 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         events.insert(0, {"k": "stall", "t": round(last, 6), "window": spec.stall})
     fired = [f for w in observer.watches for f in w.fired]
     return WorldResult(
-        outcome=world_outcome(ranks, reason),
+        outcome=decision.outcome,
         ranks=ranks,
-        root_cause=cause,
-        root_rank=root_rank,
+        root_cause=decision.root_cause,
+        root_rank=decision.root_rank,
         reason=reason.describe(spec),
         elapsed=elapsed,
         world_size=spec.world_size,
@@ -380,7 +380,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         stall=spec.stall,
         timeout=spec.timeout,
         startup=spec.custom_startup,
-        divergence=divergence,
+        divergence=decision.divergence,
         faults=[repr(f) for f in plan],
         fired=fired,
         unfired=unfired_faults(plan, ranks, fired),

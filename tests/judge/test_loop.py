@@ -304,3 +304,23 @@ def test_collectives_recorded_after_the_stop_are_placed_in_the_steps_they_were_m
     for rank in result.ranks:
         assert rank.recorder == "flight recorder" and len(rank.collectives) > 290
         assert [c.step for c in rank.collectives] == [c.seq - 1 for c in rank.collectives]
+
+
+@pytest.mark.parametrize("seconds, outcome", [(10, "timed out"), (1.5, "hung")])
+def test_the_timeout_finds_a_world_still_training_timed_out_and_a_world_that_stopped_moving_hung(
+    clock, seconds, outcome
+):
+    """Both worlds are stopped by the 4 s timeout (no rank waits in a collective, so the stall rule never applies):
+    one still stepping every 10 ms, one whose ranks stopped at 1.5 s (in a DDP bucket their flight records show
+    never completed)."""
+    world = TrainingWorld(clock, seconds=seconds)
+    spec = RunSpec(world_size=2, stall=1, timeout=4)
+    reason = loop.watch(world, spec)
+    assert reason is StopReason.TIMEOUT
+    result = loop.judge(world, spec, reason)
+    assert result.outcome == outcome and [r.outcome for r in result.ranks] == [outcome] * 2
+    if outcome == "timed out":
+        assert result.root_rank is None and result.divergence is None
+        assert result.root_cause.startswith("still training at the deadline: step ")
+    else:
+        assert result.root_cause.startswith("ranks 0, 1 blocked (in all_reduce([9]) [DDP gradient bucket]")

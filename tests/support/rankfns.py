@@ -239,3 +239,23 @@ def exit_zero_at(ctx, rank=1, step=2, steps=4):
             sys.exit(0)
         dist.all_reduce(t)
     return float(t)
+
+
+def ddp_train_for(ctx, seconds, stuck_rank=None, stuck_step=None):
+    """DDP on a small Linear: SGD steps of about 10 ms for ``seconds`` (a healthy job that may outlast its
+    deadline); rank ``stuck_rank`` sleeps for ten minutes, outside any collective, once it reaches step
+    ``stuck_step``, while its peers wait for it in DDP's gradient all_reduce. Returns the steps taken."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    end, step = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        ctx.step(step)
+        if ctx.rank == stuck_rank and step == stuck_step:
+            time.sleep(600)
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        time.sleep(0.01)
+    return step
