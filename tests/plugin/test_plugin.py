@@ -511,10 +511,18 @@ def trains_for(ctx, seconds):
 '''
 
 TIMED_OUT_TEST = """
+import pytest
 from timedfns_user import trains_for
 
+from ddpfaults.engine import pool
 
-def test_trains_past_its_deadline(ddp_world):
+
+@pytest.fixture
+def fork_server():
+    assert pool.fork_server_ready(timeout=600)  # a cold start (torch imported under load) is not the world's time
+
+
+def test_trains_past_its_deadline(fork_server, ddp_world):
     ddp_world.run(trains_for, world_size=2, timeout=3, stall=1, args=(60,), expect="completed")
 """
 
