@@ -1,7 +1,7 @@
 """ddpfaults: reproduce PyTorch DistributedDataParallel failures on a CPU, as tests.
 
 ``run_world(fn, world_size=4, ...)`` runs ``fn(ctx)`` in real gloo rank processes and
-returns a :class:`WorldResult` whose ``outcome`` is completed, hung or crashed;
+returns a :class:`WorldResult` whose ``outcome`` is completed, hung, crashed or timed out;
 ``run_script("train.py", argv, world_size=4, ...)`` does the same for an unmodified torchrun script.
 
 Importing the package is cheap (pytest loads its plugin on every run); names that need

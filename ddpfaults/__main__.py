@@ -1,4 +1,8 @@
-"""Command line: ``python -m ddpfaults {demo,run,matrix,soak,html,trace} ...``."""
+"""Command line: ``python -m ddpfaults {demo,run,matrix,soak,html,trace} ...``.
+
+``run``'s exit code: with ``--expect``, 0 if the expectation held, else 1; without, 0 for a completed world, 1 for
+a hung or crashed one, 3 for one that timed out while still making progress (:data:`EXIT_TIMED_OUT`). 2 is bad
+input, for every command."""
 
 from __future__ import annotations
 
@@ -10,8 +14,13 @@ from ddpfaults import faults as faults_module
 from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError, ScenarioError
 from ddpfaults.expect import Expect, Expectation, require_faults_fired
 from ddpfaults.faults.plan import parse_plan
+from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import load_function
 from ddpfaults.spec import PARAM, STEP_CLOCKS, RunSpec, output_problem
+
+#: ``run``'s exit code for a world that timed out still making progress (no expectation given): not a failure found
+#: in the job, a deadline too short for it
+EXIT_TIMED_OUT = 3
 
 
 def _parse_faults(text: str | None) -> list:
@@ -127,7 +136,8 @@ def _expect(text: str | None):
 
 def _report(result, args, expect) -> int:
     """Print the world's report and, with ``expect``, whether it held; write ``--json``; return the exit code
-    (0: the expectation held, or without one the world completed)."""
+    (0: the expectation held, or without one the world completed; without one, :data:`EXIT_TIMED_OUT` for a world
+    that timed out, else 1)."""
     from ddpfaults.report.document import write_document
 
     expectation = Expectation.of(expect, result) if expect is not None else None
@@ -135,7 +145,7 @@ def _report(result, args, expect) -> int:
     if args.json:
         write_document(args.json, [result], expectations=[expectation])
     if expectation is None:
-        return 0 if result.outcome == "completed" else 1
+        return {Outcome.COMPLETED: 0, Outcome.TIMED_OUT: EXIT_TIMED_OUT}.get(result.outcome, 1)
     verdict = "OK" if expectation.held else "MISMATCH"
     print(f"\nexpected {expect.describe()}, observed {result.outcome}: {verdict}")
     for mismatch in expectation.mismatches:
@@ -175,9 +185,9 @@ def main(argv=None) -> int:
     run.add_argument(
         "--expect",
         metavar="EXPECT",
-        help="what the world must do: completed, hung or crashed, optionally followed by 'with ErrorType', "
-        "'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 1'); every fault must fire. Exit code 0 "
-        "if it held, 1 if not",
+        help="what the world must do: completed, hung, crashed or 'timed out', optionally followed by "
+        "'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 1'); every fault must "
+        "fire. Exit code 0 if it held, 1 if not (without --expect: 0 completed, 1 hung or crashed, 3 timed out)",
     )
     run.add_argument(
         "--allow-unfired",

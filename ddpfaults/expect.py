@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from ddpfaults.errors import ExpectationFailed, FaultNeverFired, ScenarioError
 from ddpfaults.judge.results import Outcome, WorldResult
 
+_OUTCOMES = ", ".join(repr(o.value) for o in Outcome)  # for messages: 'completed', 'hung', 'crashed', 'timed out'
 _EXPECT_TEXT = re.compile(
-    r"^(?P<outcome>completed|hung|crashed)"
+    r"^(?P<outcome>" + "|".join(re.escape(o.value) for o in Outcome) + ")"
     r"(?: with (?P<error>[\w.]+))?"
     r"(?: on rank (?P<rank>\d+))?"
     r"(?: in (?P<collective>[\w.]+))?$"
@@ -19,7 +20,8 @@ _EXPECT_TEXT = re.compile(
 
 @dataclass(frozen=True)
 class Expect:
-    """What a world must do: an outcome, and optionally the root-cause rank, its error type,
+    """What a world must do: an outcome (``completed``, ``hung``, ``crashed`` or ``timed out``: the hard timeout came
+    while its ranks were still making progress), and optionally the root-cause rank, its error type,
     the collective at fault, a root-cause substring, bit-equal return values across ranks, and
     ``checks``: named predicates over the result (see :class:`Check`) for what a verdict alone
     cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
@@ -41,9 +43,7 @@ class Expect:
         try:
             object.__setattr__(self, "outcome", Outcome(self.outcome))
         except ValueError:
-            raise ScenarioError(
-                f"expect: outcome must be one of completed/hung/crashed, got {self.outcome!r}"
-            ) from None
+            raise ScenarioError(f"expect: outcome must be one of {_OUTCOMES}, got {self.outcome!r}") from None
         if self.rank is not None and (not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0):
             raise ScenarioError(f"expect: rank must be an int >= 0 (the root-cause rank), got {self.rank!r}")
         for name in ("error", "collective", "root_cause"):
@@ -71,7 +71,7 @@ class Expect:
             match = _EXPECT_TEXT.match(value.strip())
             if not match:
                 raise ScenarioError(
-                    f"expect {value!r}: write 'completed', 'hung' or 'crashed', optionally followed by "
+                    f"expect {value!r}: write one of {_OUTCOMES}, optionally followed by "
                     f"'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 0')"
                 )
             parts = match.groupdict()
@@ -111,10 +111,11 @@ class Expect:
         """Every way ``result`` differs from this expectation (empty list: it matched)."""
         found = []
         if result.outcome != self.outcome:
+            why = f": {result.root_cause}" if result.outcome == Outcome.TIMED_OUT else ""  # what to do about it
             found.append(
                 Mismatch(
                     "outcome",
-                    f"expected {self.outcome}, observed {result.outcome}",
+                    f"expected {self.outcome}, observed {result.outcome}{why}",
                     str(self.outcome),
                     str(result.outcome),
                 )

@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ddpfaults.judge import fidelity
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
 
@@ -32,6 +33,9 @@ class Row:
     mismatches: list = field(default_factory=list)
     root_rank: int | None = None  # the rank the root cause was found on (None: no failure, or none to blame)
     result: object = field(default=None, repr=False, compare=False)  # the WorldResult, for its report when wanted
+    latency: float | None = None  # seconds from the failure forming to the verdict (None: nothing formed)
+    root_matched: bool | None = None  # the root-cause rank is the expected one (None: the case expects no rank)
+    divergence_matched: bool | None = None  # the first divergence names the expected collective (None: none expected)
 
     @property
     def ok(self) -> bool:
@@ -53,9 +57,12 @@ class Row:
 
 
 def run_case(case, options: RunSpec) -> Row:
-    """Run one case and compare it with its expectation."""
+    """Run one case and compare it with its expectation; measure how its verdict compares with the failure
+    (:mod:`ddpfaults.judge.fidelity`): the latency from the failure forming to the verdict, and whether the root-cause
+    rank and the first divergence are the ones expected."""
     started = time.monotonic()
     result = case.run(options)
+    expect = case.expect
     return Row(
         case.scenario.name,
         case.variant.name if case.variant else "",
@@ -66,6 +73,11 @@ def run_case(case, options: RunSpec) -> Row:
         [str(m) for m in case.expect.mismatches(result)],
         root_rank=result.root_rank,
         result=result,
+        latency=fidelity.verdict_latency(result),
+        root_matched=None if expect.rank is None else result.root_rank == expect.rank,
+        divergence_matched=None
+        if expect.collective is None
+        else fidelity.divergence_matches(result.divergence, expect.rank, expect.collective),
     )
 
 

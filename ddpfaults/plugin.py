@@ -351,7 +351,7 @@ class _Collector:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
         """Write ``--ddpfaults-report`` (every world of the run, with its expectation and whether it held, in
-        one ``ddpfaults.report/2`` document), ``--ddpfaults-html`` (the same worlds as one swimlane page) and
+        one ``ddpfaults.report/3`` document), ``--ddpfaults-html`` (the same worlds as one swimlane page) and
         ``--ddpfaults-trace`` (their timelines as one Chrome Trace Event file)."""
         if not (self.settings.report or self.settings.html or self.settings.trace):
             return

@@ -3,7 +3,11 @@
 Every scenario case under ``PATHS`` (the built-ins by default; found and run as ``matrix`` does) runs ``N``
 rounds while ``K`` busy processes (hogs: ``while True`` loops started by this command) compete for the CPU.
 Per case the command prints its verdict counts over the rounds and its mismatches against the ``Expect``, and
-flags every FLIP: a case whose observed verdict or root-cause rank changed from one round to the next. A run that
+flags every FLIP: a case whose observed verdict or root-cause rank changed from one round to the next. It also
+measures each case's fidelity, as papers on distributed hang detection publish it: the p50 and p99 time from the
+failure forming (a deadlock, or the first failure: :mod:`ddpfaults.judge.fidelity`) to the verdict, and in how many
+runs the root-cause rank and the first divergence were the expected ones (where the case expects a rank, a
+collective). A run that
 mismatched or flipped prints its world's whole report as it happens (seed, replay command, every rank's error,
 stack and output), so a rare event can be read and replayed. The last
 line sums it up; the exit code is 1 on any flip or mismatch, 2 on bad input, 130 if stopped by Ctrl-C (the
@@ -14,6 +18,7 @@ and (through ``PR_SET_PDEATHSIG``) even SIGKILL of this process.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -79,9 +84,34 @@ def flips(observed: list[tuple[int, Observation]]) -> list[Flip]:
     return [Flip(r, before, after) for (_, before), (r, after) in pairwise(observed) if before != after]
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0 < q <= 100) of ``values`` by the nearest-rank method: the smallest value with at
+    least q% of the values at or below it (None for no values)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else None
+
+
+@dataclass(frozen=True)
+class Matched:
+    """In how many of ``runs`` runs a verdict named what was expected."""
+
+    matched: int
+    runs: int
+
+    def text(self) -> str:
+        """``48/50``."""
+        return f"{self.matched}/{self.runs}"
+
+    def to_dict(self) -> dict:
+        """``{"matched", "runs", "rate"}``."""
+        return {"matched": self.matched, "runs": self.runs, "rate": round(self.matched / self.runs, 4)}
+
+
 @dataclass
 class CaseTally:
-    """One case over the rounds: what each round observed, and how often each mismatch appeared."""
+    """One case over the rounds: what each round observed, how often each mismatch appeared, and its fidelity: each
+    run's latency from the failure forming to the verdict, and whether its root-cause rank and its first divergence
+    were the expected ones (recorded only where the case expects a rank, a collective)."""
 
     case: str
     expected: str
@@ -89,6 +119,43 @@ class CaseTally:
     mismatches: Counter = field(default_factory=Counter)  # mismatch text -> runs it appeared in
     mismatched_runs: int = 0
     seconds_max: float = 0.0
+    latencies: list = field(default_factory=list)  # seconds, one per run whose failure formed
+    root_matches: list = field(default_factory=list)  # bools
+    divergence_matches: list = field(default_factory=list)  # bools
+
+    def latency(self, q: float) -> float | None:
+        """The ``q``-th percentile of the latencies (None: no run's failure formed)."""
+        return percentile(self.latencies, q)
+
+    @property
+    def root_rank(self) -> Matched | None:
+        """How often the root-cause rank was the expected one (None: the case expects none)."""
+        return Matched(sum(self.root_matches), len(self.root_matches)) if self.root_matches else None
+
+    @property
+    def first_divergence(self) -> Matched | None:
+        """How often the first divergence named the expected collective and rank (None: the case expects none)."""
+        found = self.divergence_matches
+        return Matched(sum(found), len(found)) if found else None
+
+    def figures(self) -> str:
+        """``verdict 2.04/2.07 s after the failure (p50/p99); root rank 50/50; divergence 50/50``, or ""."""
+        p50, p99 = self.latency(50), self.latency(99)
+        parts = [f"verdict {p50:.2f}/{p99:.2f} s after the failure (p50/p99)"] if self.latencies else []
+        matched = (("root rank", self.root_rank), ("divergence", self.first_divergence))
+        return "; ".join(parts + [f"{name} {m.text()}" for name, m in matched if m])
+
+    def fidelity(self) -> dict:
+        """The figures as data: ``verdict_latency`` (``p50``, ``p99``, ``runs``: seconds from the failure forming
+        to the verdict), ``root_rank`` and ``first_divergence`` (:meth:`Matched.to_dict`); each null where it does
+        not apply."""
+        runs = len(self.latencies)
+        latency = {"p50": round(self.latency(50), 4), "p99": round(self.latency(99), 4), "runs": runs} if runs else None
+        return {
+            "verdict_latency": latency,
+            "root_rank": self.root_rank.to_dict() if self.root_rank else None,
+            "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
+        }
 
     @property
     def verdicts(self) -> Counter:
@@ -117,6 +184,7 @@ class CaseTally:
             "mismatches": dict(self.mismatches),
             "flips": [f.to_dict() for f in self.flips],
             "seconds_max": round(self.seconds_max, 2),
+            "fidelity": self.fidelity(),
         }
 
 
@@ -130,6 +198,9 @@ def tally(runs: list[tuple[int, Row]]) -> list[CaseTally]:
         entry.mismatches.update(dict.fromkeys(row.mismatches, 1))
         entry.mismatched_runs += not row.ok
         entry.seconds_max = max(entry.seconds_max, row.seconds)
+        entry.latencies += [row.latency] if row.latency is not None else []
+        entry.root_matches += [row.root_matched] if row.root_matched is not None else []
+        entry.divergence_matches += [row.divergence_matched] if row.divergence_matched is not None else []
     return list(cases.values())
 
 
@@ -159,12 +230,13 @@ def totals(tallies: list[CaseTally]) -> Totals:
 
 
 def case_lines(tallies: list[CaseTally]) -> list[str]:
-    """One line per case (its verdict counts), then its flips and mismatches, indented."""
+    """One line per case (its verdict counts and fidelity figures), then its flips and mismatches, indented."""
     width = max((len(t.case) for t in tallies), default=0)
     lines = []
     for t in tallies:
         marks = ("  FLIP" if t.flips else "") + ("  MISMATCH" if t.mismatched_runs else "")
-        lines.append(f"{t.case:<{width}}  {t.counts()}{marks}")
+        figures = f"  ({t.figures()})" if t.figures() else ""
+        lines.append(f"{t.case:<{width}}  {t.counts()}{marks}{figures}")
         shown = t.flips[:FLIPS_SHOWN]
         lines += [f"    FLIP {f.describe()}" for f in shown]
         if len(t.flips) > len(shown):
@@ -273,7 +345,9 @@ def add_parser(sub) -> None:
         "--hogs", default=str(HOGS.default), help=f"busy processes, {HOGS.kind} (default {HOGS.default})"
     )
     parser.add_argument("--seed", default="0", help="the worlds' seed, an int (default 0)")
-    parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON to PATH")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the counts and fidelity figures (per case) as JSON to PATH"
+    )
 
 
 def _json_path(path: str | None) -> str | None:

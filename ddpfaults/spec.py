@@ -258,7 +258,8 @@ class StopReason(str, enum.Enum):
 
     @property
     def hung(self) -> bool:
-        """True if the world was stopped while ranks still ran (its outcome is hung)."""
+        """True if the world was stopped while ranks still ran (its outcome is hung; at the timeout, timed out
+        instead if the ranks were still making progress: ``judge.verdict.world_outcome``)."""
         return self in (StopReason.STALL, StopReason.STARTUP, StopReason.TIMEOUT)
 
     def describe(self, spec: RunSpec) -> str:

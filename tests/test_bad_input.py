@@ -461,7 +461,7 @@ ROWS = [
         "scenario-expect-text",
         "declaration",
         "ScenarioError",
-        ("scenario takes_ctx", "expect 'finished'"),
+        ("scenario takes_ctx", "expect 'finished'", "'completed', 'hung', 'crashed', 'timed out'"),
         lambda e: e.declare(scenario(expect="finished"), takes_ctx),
     ),
     Row(

@@ -5,9 +5,11 @@ Each entry becomes a :class:`~ddpfaults.judge.results.Collective`: its op (``glo
 ``all_reduce``), input sizes, the call site in the user's code (the innermost frame outside torch and
 ddpfaults' rank machinery), the step the rank was in when it was made (from the rank's step events), a note
 naming what made it when that was not the user's own call (a DDP gradient bucket, DDP's forward broadcast,
-a process group other than the default), whether it completed (the group's ``last_completed``, or the entry
-retired), when it was issued (``time_created_ns``, wall clock) and, where the backend records it (NCCL; gloo
-does not), when it was seen completed (``time_discovered_completed_ns``).
+a process group other than the default), its number (the rank's N-th collective of the job: torch's record
+id where the record began empty with the job, so the number stays right when torch's ring buffer of
+``TORCH_FR_BUFFER_SIZE`` entries has dropped the oldest), whether it completed (the group's ``last_completed``,
+or the entry retired), when it was issued (``time_created_ns``, wall clock) and, where the backend records it
+(NCCL; gloo does not), when it was seen completed (``time_discovered_completed_ns``).
 """
 
 from __future__ import annotations
@@ -143,14 +145,17 @@ def _batch_of(entry: dict, batches: list[tuple]) -> int | None:
 
 
 def collectives(
-    dump: dict, *, since_wall: float | None, steps: list[tuple], batches: list[tuple] = ()
+    dump: dict, *, since_wall: float | None, steps: list[tuple], batches: list[tuple] = (), fresh: bool = False
 ) -> list[Collective]:
     """The collectives a rank made since ``since_wall`` (its job's start, wall-clock seconds), in order.
 
     ``steps`` holds ``(wall time, step)`` or ``(wall time, step, pg_seq)`` of the rank's step events, in time
     order, to give each collective the step the rank was in when it made it (``pg_seq``: how many collectives
     the default group had issued when the step began). ``batches`` holds ``(batch, pg_seq)`` of its DataLoader
-    batch events, in order, to give each collective the last batch drawn before it.
+    batch events, in order, to give each collective the last batch drawn before it. ``fresh``: the record began
+    empty with this job (a cold rank, or a warm one that emptied it), so each collective's ``seq`` is its record id
+    + 1, the job's N-th collective on the rank even when the ring buffer has dropped the oldest; else its position
+    in the dump.
     """
     entries = sorted(dump.get("entries") or [], key=lambda e: e.get("record_id", 0))
     if since_wall is not None:
@@ -161,9 +166,10 @@ def collectives(
     for i, entry in enumerate(entries, 1):
         created = entry.get("time_created_ns", 0) / 1e9
         completed = int((status.get(str(entry.get("pg_id"))) or {}).get("last_completed_collective", -1))
+        record_id = entry.get("record_id")
         found.append(
             Collective(
-                seq=i,
+                seq=record_id + 1 if fresh and isinstance(record_id, int) else i,
                 op=str(entry.get("profiling_name", "?")).split(":", 1)[-1],
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
                 site=_site(entry.get("frames") or []),

@@ -26,15 +26,14 @@ import time
 from ddpfaults import events
 from ddpfaults.judge import flight
 from ddpfaults.judge.attribution import attribute, culprits
-from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState, WorldResult
+from ddpfaults.judge.results import Divergence, DivergenceGroup, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
+    decide,
     first_divergence,
     gloo_aborted,
     is_waiting_stack,
     mark_collateral,
-    root_cause,
     unfired_faults,
-    world_outcome,
 )
 from ddpfaults.judge.watch import RankWatch, frame_text, is_busy
 from ddpfaults.spec import RunSpec, StopReason
@@ -303,7 +302,7 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
     at the record's call site join it, the others group by the site they died at; the smallest group is odd. None
     unless every unrecorded rank was aborted so and one group is the single smallest."""
     lasts = [recorded[i][-1] for i in having]
-    if len({(c.signature(), c.site) for c in lasts}) != 1 or len({len(recorded[i]) for i in having}) != 1:
+    if len({(c.signature(), c.site, c.seq) for c in lasts}) != 1:
         return None
     sites: dict = {lasts[0].site: list(having)}
     for rank in unrecorded:
@@ -317,7 +316,7 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
         else DivergenceGroup(tuple(sorted(members)), None, f"gloo aborted them in a collective at {site}")
         for site, members in sites.items()
     )
-    return groups and Divergence(len(recorded[having[0]]), groups, groups[-1].ranks)
+    return groups and Divergence(lasts[0].seq, groups, groups[-1].ranks)
 
 
 def _one_smallest(groups) -> tuple | None:
@@ -343,9 +342,8 @@ def _recorded_collectives(observer: Observer, i: int) -> list:
     timeline = observer.watches[i].events
     steps = [(e["wall"], e["step"], e.get("pg_seq")) for e in timeline if e["k"] == "step"]
     batches = [(e["index"], e.get("pg_seq")) for e in timeline if e["k"] == "batch"]
-    return flight.collectives(
-        dump, since_wall=start["wall"], steps=steps, batches=batches
-    )  # the recorder's clock is the wall clock
+    fresh = bool(start.get("fresh_record"))  # the record began empty with the job: numbered by torch's record ids
+    return flight.collectives(dump, since_wall=start["wall"], steps=steps, batches=batches, fresh=fresh)
 
 
 def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **about) -> WorldResult:
@@ -355,6 +353,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     ``about`` holds the :class:`WorldResult` fields the judge cannot know (function, replay, ...).
     """
     observer.collect_flight_records(observer.live(time.monotonic()))
+    # the dumps were taken after the stop: read what the ranks wrote before them (a world still training at its
+    # timeout made steps meanwhile), so that every recorded collective is placed in the step it was made in
+    observer.poll(0)
     now = time.monotonic()
     recorded = [_recorded_collectives(observer, i) for i in range(len(observer.watches))]
     ranks = [rank_result(observer, i, reason, now, spec.peer_failure, recorded[i]) for i in range(len(recorded))]
@@ -363,17 +364,21 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     divergence = attribute(_divergence(ranks, recorded), done, fired)
-    root_rank, cause = root_cause(ranks, divergence, reason, deviation=culprits(done, fired))
+    decision = decide(
+        ranks, divergence, reason, deadline=spec.timeout, stall=spec.stall, deviation=culprits(done, fired)
+    )
+    for rank in ranks:
+        rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
     timeline = [events.event("verdict", t=round(elapsed, 6), reason=str(reason))]
     if reason == StopReason.STALL:
         last = max(w.last_progress for w in observer.watches) - observer.t0
         timeline.insert(0, events.event("stall", t=round(last, 6), window=spec.stall))
     return WorldResult(
-        outcome=world_outcome(ranks, reason),
+        outcome=decision.outcome,
         ranks=ranks,
-        root_cause=cause,
-        root_rank=root_rank,
+        root_cause=decision.root_cause,
+        root_rank=decision.root_rank,
         reason=reason.describe(spec),
         elapsed=elapsed,
         world_size=spec.world_size,
@@ -384,7 +389,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         stall=spec.stall,
         timeout=spec.timeout,
         startup=spec.custom_startup,
-        divergence=divergence,
+        divergence=decision.divergence,
         faults=[repr(f) for f in plan],
         fired=fired,
         unfired=unfired_faults(plan, ranks, fired),

@@ -17,9 +17,10 @@ from ddpfaults.events import SITELESS_MAKERS
 class Outcome(str, enum.Enum):
     """The verdict of a world or a rank. Its values are the strings users write in ``expect=``."""
 
-    COMPLETED = "completed"
-    HUNG = "hung"
-    CRASHED = "crashed"
+    COMPLETED = "completed"  # every rank's function returned
+    HUNG = "hung"  # stopped while stuck: no progress, ranks waiting on each other (or on a rank that never came)
+    CRASHED = "crashed"  # a rank raised or died and the world ended
+    TIMED_OUT = "timed out"  # the hard timeout came while the ranks were still making progress: no one at fault
 
     def __str__(self) -> str:
         return self.value
@@ -32,7 +33,7 @@ class RankState(str, enum.Enum):
     RAISED = "raised"  # fn raised; the rank reported its error (then exited or lingered)
     DIED = "died"  # the process ended without reporting (signal, os._exit, crash in C++)
     BLOCKED = "blocked"  # alive, waiting on its peers (collective, DDP reduction, barrier, store)
-    RUNNING = "running"  # alive, outside any collective (computing, sleeping) when the timeout hit
+    RUNNING = "running"  # alive, outside any collective (computing, sleeping) when the world was stopped
 
     def __str__(self) -> str:
         return self.value
@@ -54,15 +55,7 @@ POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv
 #: collectives whose arguments legitimately differ between ranks: a list of tensors or objects on the source (or
 #: destination) rank only, or uneven splits; they match on op, group, call site and step, not on shapes
 ASYMMETRIC = frozenset(
-    {
-        "scatter",
-        "gather",
-        "scatter_object_list",
-        "gather_object",
-        "broadcast_object_list",
-        "all_to_all",
-        "all_to_all_single",
-    }
+    "scatter gather scatter_object_list gather_object broadcast_object_list all_to_all all_to_all_single".split()
 )
 
 
@@ -244,10 +237,14 @@ class RankResult:
     recorder: str = "tracing"  # where ``collectives`` came from: torch's "flight recorder", or ddpfaults' tracing
     output: str = ""  # the captured stdout+stderr (tail)
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
+    timed_out: bool = False  # still running (or blocked) when its world timed out while making progress
 
     @property
     def outcome(self) -> Outcome:
-        """completed / hung / crashed for this rank."""
+        """completed / hung / crashed for this rank, by its state; timed out for a rank still live in a world that
+        timed out."""
+        if self.timed_out and RankState(self.state) in (RankState.BLOCKED, RankState.RUNNING):
+            return Outcome.TIMED_OUT
         return _STATE_OUTCOME[RankState(self.state)]
 
     def to_dict(self) -> dict:

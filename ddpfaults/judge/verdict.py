@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
+from dataclasses import dataclass
 
 from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.results import (
@@ -74,14 +77,17 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
 
     Ranks that raised or died are compared only up to where they stopped: a crash ends
     a sequence early without being a divergence (its error is the root cause instead). Point-to-point ops
-    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. The odd ranks are
-    the single smallest group, if there is one (a vote); :func:`ddpfaults.judge.attribution.attribute` weighs
-    what each rank did.
+    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. A record that
+    torch's ring buffer cut short begins after collective #1 (its first ``seq``): every sequence is compared
+    from the latest first collective any rank's record holds, so records cut at different points still line up.
+    The divergence is numbered by its collectives' ``seq``. The odd ranks are the single smallest group, if there
+    is one (a vote); :func:`ddpfaults.judge.attribution.attribute` weighs what each rank did.
     """
     if len(ranks) < 2:
         return None
     live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
-    calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT] for r in ranks}
+    start = max((r.collectives[0].seq for r in ranks if r.collectives), default=1)
+    calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT and c.seq >= start] for r in ranks}
     longest = max((len(c) for c in calls.values()), default=0)
     for i in range(longest):
         groups: dict = {}
@@ -97,7 +103,8 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
         if len(groups) > 1:
             ordered = sorted(groups.values(), key=lambda g: (-len(g[1]), g[1][0]))
             odd = tuple(ordered[-1][1]) if len(ordered[-1][1]) < len(ordered[-2][1]) else ()
-            return Divergence(i + 1, tuple(DivergenceGroup(tuple(r), *what) for what, r in ordered), odd)
+            index = min(what[0].seq for what, _ in ordered if what[0] is not None)
+            return Divergence(index, tuple(DivergenceGroup(tuple(r), *what) for what, r in ordered), odd)
     return None
 
 
@@ -210,14 +217,96 @@ def _faults_first(primary: list[RankResult]) -> list[RankResult]:
     return [r for r in primary if not may_follow_a_fault(r)] + [r for r in primary if may_follow_a_fault(r)]
 
 
-def world_outcome(ranks: list[RankResult], reason: str) -> Outcome:
-    """completed if every rank finished; hung if the world was stopped (stall, start-up limit or timeout); else
-    crashed."""
+def world_outcome(
+    ranks: list[RankResult], reason: str, *, deadline: float | None = None, stall: float = 0.0
+) -> Outcome:
+    """completed if every rank finished; timed out if the hard timeout, ``deadline`` seconds after the start,
+    stopped a world still making progress (:func:`progressing`, ``stall`` its window); hung if the world was
+    stopped otherwise (stall, start-up limit, or a timeout that found it stuck); else crashed."""
+    if reason == StopReason.TIMEOUT and deadline is not None and progressing(ranks, deadline, stall):
+        return Outcome.TIMED_OUT
     if StopReason(reason).hung:
         return Outcome.HUNG
     if all(r.state == RankState.FINISHED for r in ranks):
         return Outcome.COMPLETED
     return Outcome.CRASHED
+
+
+def last_progress(ranks: list[RankResult], until: float = math.inf) -> float | None:
+    """When the world last made progress up to ``until``, in seconds since its start (None: nothing recorded):
+    the latest event any rank recorded (a step, a collective entered or left, a log, its end, its exit) or
+    collective torch's flight recorder saw a rank issue (its ``wall`` time, placed on the world's clock by the
+    rank's nearest earlier event carrying both clocks)."""
+    times = []
+    for rank in ranks:
+        times += [e["t"] for e in rank.events if e.get("k") != "killed" and isinstance(e.get("t"), (int, float))]
+        pairs = sorted((e["wall"], e["t"]) for e in rank.events if "wall" in e and "t" in e)
+        for call in rank.collectives:
+            at = bisect.bisect_right(pairs, (call.wall, math.inf)) - 1 if call.wall is not None else -1
+            if at >= 0:
+                times.append(pairs[at][1] + call.wall - pairs[at][0])
+    return max((t for t in times if t <= until), default=None)
+
+
+def progressing(ranks: list[RankResult], deadline: float, stall: float) -> bool:
+    """True if the world was still making progress at ``deadline`` (seconds since its start): no rank raised or
+    died, and its :func:`last_progress` came less than ``stall`` seconds before the deadline."""
+    if any(r.state in (RankState.RAISED, RankState.DIED) for r in ranks):
+        return False
+    last = last_progress(ranks, until=deadline)
+    return last is not None and deadline - last < stall
+
+
+def still_running(ranks: list[RankResult], deadline: float) -> str:
+    """The root cause of a timed-out world: where its live ranks were at ``deadline`` and how recently the world
+    last made progress (``still training at the deadline: step 165 on every rank, last progress 0.02 s ago —
+    raise the timeout (5 s)``)."""
+    live = [r for r in ranks if r.state in (RankState.BLOCKED, RankState.RUNNING)]
+    steps = sorted({r.last_step for r in live if r.last_step is not None})
+    if not steps:
+        text = "still running at the deadline"
+    elif len(steps) == 1 and all(r.last_step == steps[0] for r in live):
+        on = "every rank" if len(live) == len(ranks) else format_ranks([r.rank for r in live])
+        text = f"still training at the deadline: step {steps[0]} on {on}"
+    else:
+        text = f"still training at the deadline: steps {steps[0]}-{steps[-1]}"
+    finished = [r.rank for r in ranks if r.state == RankState.FINISHED]
+    if finished:
+        text += f" ({format_ranks(finished)} finished)"
+    last = last_progress(ranks, until=deadline)
+    ago = f", last progress {deadline - last:.2f} s ago" if last is not None else ""
+    return f"{text}{ago} — raise the timeout ({deadline:g} s)"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A world's verdict: its outcome, the rank at fault (None: none), the root cause and the first divergence
+    shown (None for a world that timed out while still making progress: a snapshot of ranks in motion is no
+    divergence)."""
+
+    outcome: Outcome
+    root_rank: int | None
+    root_cause: str
+    divergence: Divergence | None
+
+
+def decide(
+    ranks: list[RankResult],
+    divergence: Divergence | None,
+    reason: str,
+    *,
+    deadline: float,
+    stall: float,
+    deviation: Evidence | None = None,
+) -> Decision:
+    """The verdict on ``ranks`` (collateral errors marked), their first ``divergence`` and why the judge stopped
+    (``reason``), ``deadline`` being the hard timeout and ``stall`` the stall window, in seconds, and ``deviation``
+    the ranks other evidence singles out: the one place the outcome (:func:`world_outcome`) and the root cause
+    (:func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
+    outcome = world_outcome(ranks, reason, deadline=deadline, stall=stall)
+    if outcome == Outcome.TIMED_OUT:
+        return Decision(outcome, None, still_running(ranks, deadline), None)
+    return Decision(outcome, *root_cause(ranks, divergence, reason, deviation), divergence)
 
 
 def mark_collateral(ranks: list[RankResult]) -> None:

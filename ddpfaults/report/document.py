@@ -1,6 +1,6 @@
 """The session report file: one JSON document holding every world's result and timeline.
 
-The document is ``{"schema": "ddpfaults.report/2", "worlds": [world, ...]}`` where each world is
+The document is ``{"schema": "ddpfaults.report/3", "worlds": [world, ...]}`` where each world is
 :meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it) and its
 ``"expectation"`` (:meth:`ddpfaults.expect.Expectation.to_dict`: what the world had to do and whether it
 did; null for a world run without one). Every field is described in ``docs/report-schema.md``.
@@ -22,7 +22,10 @@ from ddpfaults.expect import Expectation
 from ddpfaults.judge.results import WorldResult
 
 #: The schema (and version) string every report document carries; see docs/report-schema.md.
-SCHEMA = "ddpfaults.report/2"
+SCHEMA = "ddpfaults.report/3"
+#: The schemas this version reads: its own, and version 2 (a version-2 document is a valid version 3 one whose
+#: collectives are numbered by position)
+READS = ("ddpfaults.report/2", SCHEMA)
 
 
 def build_document(worlds, nodeids=None, expectations=None) -> dict:
@@ -101,7 +104,7 @@ def read_document(path) -> dict:
 
 
 def check_document(document, *, source: str | None = None) -> None:
-    """Raise :class:`ReportFileError` unless ``document`` is a ``ddpfaults.report/2`` document.
+    """Raise :class:`ReportFileError` unless ``document`` is a report document of a schema in :data:`READS`.
 
     ``source`` (a file name) is named in the error; without it the error speaks of "report document".
     """
@@ -111,8 +114,10 @@ def check_document(document, *, source: str | None = None) -> None:
     schema = document.get("schema")
     if schema is None:
         raise ReportFileError(f'{what} has no "schema" key: not a ddpfaults report ({SCHEMA})')
-    if schema != SCHEMA:
-        raise ReportFileError(f"{what} has schema {schema!r}; this version of ddpfaults reads {SCHEMA!r} only")
+    if schema not in READS:
+        raise ReportFileError(
+            f"{what} has schema {schema!r}; this version of ddpfaults reads {' and '.join(map(repr, READS))} only"
+        )
     worlds = document.get("worlds")
     if not isinstance(worlds, list):
         raise ReportFileError(f'{what}: "worlds" must be a list, got {type(worlds).__name__}')
@@ -145,12 +150,12 @@ def _match_key(call: dict) -> tuple:
 
 
 def collective_numbers(rank: dict) -> dict:
-    """``{seq of an "enter" event: n}``: which of the rank's ``collectives`` (1-based, the numbering of every
+    """``{seq of an "enter" event: n}``: which of the rank's ``collectives`` (by its ``seq``, the numbering of every
     report) each traced call in its timeline is. The collectives may come from torch's flight recorder, which
     also holds calls the tracing never saw (DDP's own); calls are matched by op, shapes, call site and step, in
     order. An event with no match (a store wait) has no number."""
     positions: dict = {}
-    for n, call in enumerate(rank.get("collectives") or [], 1):
+    for n, call in _numbered(rank):
         positions.setdefault(_match_key(call), []).append(n)
     numbers = {}
     for event in rank.get("events") or []:
@@ -161,6 +166,11 @@ def collective_numbers(rank: dict) -> dict:
     return numbers
 
 
+def _numbered(rank: dict) -> list[tuple[int, dict]]:
+    """The rank's ``collectives`` with their numbers (``seq``; a document without it: the position)."""
+    return [(call.get("seq", n), call) for n, call in enumerate(rank.get("collectives") or [], 1)]
+
+
 @dataclasses.dataclass(frozen=True)
 class TimelineCall:
     """One collective (or traced wait) as the timelines draw it, from the rank's ``enter``/``exit`` events or,
@@ -168,7 +178,7 @@ class TimelineCall:
 
     ``t0``/``t1`` are seconds since the world's start; ``t1`` is None when the call was never left (``left``
     False) or when its end is not known (``left`` True: under gloo the flight recorder keeps only the time a
-    call was issued). ``number`` is its position among the rank's ``collectives`` (None: not one of them,
+    call was issued). ``number`` is its ``seq`` among the rank's ``collectives`` (None: not one of them,
     e.g. the process-group set-up or a store wait); ``seq`` the traced call's counter (None if untraced).
     """
 
@@ -233,7 +243,7 @@ def timeline_calls(rank: dict) -> list[TimelineCall]:
             i = traced.pop(e["seq"])
             calls[i] = dataclasses.replace(calls[i], t1=e.get("t"), left=True)
     drawn, returned, pairs = set(numbers.values()), function_returned(rank), _clock_pairs(rank)
-    for n, c in enumerate(rank.get("collectives") or [], 1):
+    for n, c in _numbered(rank):
         if n not in drawn and isinstance(c.get("wall"), (int, float)):
             t0 = _world_time(c["wall"], pairs)
             if t0 is not None:

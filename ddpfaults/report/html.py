@@ -26,6 +26,7 @@ a collective block seen only by the flight recorder has class ``fr``.
 from __future__ import annotations
 
 import os
+import re
 
 from ddpfaults.errors import ReportFileError
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
@@ -46,7 +47,7 @@ def render_html(document: dict) -> str:
     worlds = list(enumerate(document["worlds"]))
     worlds.sort(key=lambda item: (world_status(item[1]) != "failed", item[0]))  # failures first
     tally = _tally([w for _, w in worlds])
-    verdicts = {o: sum(w.get("outcome") == o for _, w in worlds) for o in ("crashed", "hung", "completed")}
+    verdicts = {o: sum(w.get("outcome") == o for _, w in worlds) for o in ("crashed", "hung", "timed out", "completed")}
     verdict_text = ", ".join(f"{n} {o}" for o, n in verdicts.items() if n) or "no worlds"
     body = [
         f"<header class=page><h1>ddpfaults report</h1><p id=tally data-failed={tally['failed']} "
@@ -113,17 +114,22 @@ def _mismatches(w: dict) -> list[dict]:
     return list((w.get("expectation") or {}).get("mismatches") or [])
 
 
+def _outcome_class(w: dict) -> str:
+    """The CSS class of a world's outcome (``o-hung``, ``o-timed-out``)."""
+    return "o-" + re.sub(r"[^\w-]+", "-", str(w.get("outcome")))
+
+
 def _summary(worlds) -> str:
     rows = []
     for i, w in worlds:
-        outcome, status = esc(w.get("outcome")), world_status(w)
+        outcome, status, o_class = esc(w.get("outcome")), world_status(w), _outcome_class(w)
         differed = "".join(f"<li>{esc(short(m.get('text'), 300))}</li>" for m in _mismatches(w))
         rows.append(
-            f"<tr class='s-{status} o-{outcome}' data-status={status} data-world={i}>"
+            f"<tr class='s-{status} {o_class}' data-status={status} data-world={i}>"
             f"<td><a href='#world-{i}'>#{i + 1}</a></td>"
             f"<td class=name><a href='#world-{i}'>{esc(_name(w))}</a></td><td>{_status_badge(w)}</td>"
             f"<td class=expected>{esc(_expected(w)) or '<span class=muted>—</span>'}</td>"
-            f"<td class=observed><span class='badge o-{outcome}'>{outcome}</span> "
+            f"<td class=observed><span class='badge {o_class}'>{outcome}</span> "
             f"<span class=cause title='{esc(w.get('root_cause'))}'>{esc(short(w.get('root_cause'), 300))}</span></td>"
             f"<td class=differed>{f'<ul>{differed}</ul>' if differed else ''}</td>"
             f"<td class=num>{esc(w.get('world_size'))}</td><td class=num>{float(w.get('elapsed') or 0):.2f}</td></tr>"
@@ -190,10 +196,10 @@ def _world(index: int, w: dict) -> str:
     ]
     details = [_detail(r, divergence, r.get("rank") == root, hidden=i != selected) for i, r in enumerate(ranks)]
     density = "" if len(ranks) <= 8 else " dense" if len(ranks) <= 24 else " compact"
-    outcome, status = esc(w.get("outcome")), world_status(w)
-    return f"""<section class='world o-{outcome} s-{status}' id='world-{index}' data-world='{index}'
+    outcome, status, o_class = esc(w.get("outcome")), world_status(w), _outcome_class(w)
+    return f"""<section class='world {o_class} s-{status}' id='world-{index}' data-world='{index}'
  data-outcome='{outcome}' data-status='{status}'>
-<h2>{_status_badge(w)} <span class='badge o-{outcome}'>{outcome}</span> #{index + 1} {esc(_name(w))}</h2>
+<h2>{_status_badge(w)} <span class='badge {o_class}'>{outcome}</span> #{index + 1} {esc(_name(w))}</h2>
 {_facts(w)}
 <div class=controls>time axis <button type=button data-axis=compressed class=on>compressed</button><button type=button
  data-axis=linear>linear</button> · zoom <button type=button data-zoom=out>−</button><button type=button

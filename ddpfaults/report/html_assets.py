@@ -9,14 +9,14 @@ _LEGEND = """<div class=legend><b>legend</b>
 <span><i class='sw hang'></i>hang point</span><span><i class='sw verdictsw'></i>verdict</span><span>★ root cause</span></div>"""
 
 _CSS = """
-:root{--ok:#1a7f37;--hung:#bc4c00;--crash:#cf222e;--ink:#1f2328;--mut:#656d76;--line:#d0d7de;--coll:#3b6fd4;--ddp:#8250df;--div:#e000a0;
+:root{--ok:#1a7f37;--hung:#bc4c00;--late:#6639ba;--crash:#cf222e;--ink:#1f2328;--mut:#656d76;--line:#d0d7de;--coll:#3b6fd4;--ddp:#8250df;--div:#e000a0;
 --label:96px;--status:300px;--lane:22px}
 *{box-sizing:border-box}
 body{margin:0;padding:14px 18px;font:13px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:var(--ink);background:#fff}
 h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:14px;margin:4px 0}h4{font-size:12px;margin:10px 0 3px;color:var(--mut)}
 .muted{color:var(--mut)}pre{margin:0;padding:6px 8px;background:#f6f8fa;border:1px solid var(--line);border-radius:4px;font:11px/1.35 'DejaVu Sans Mono',monospace;white-space:pre-wrap;word-break:break-all;max-height:320px;overflow:auto}
 .badge{display:inline-block;white-space:nowrap;padding:0 7px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
-.badge.o-completed{background:var(--ok)}.badge.o-hung{background:var(--hung)}.badge.o-crashed{background:var(--crash)}
+.badge.o-completed{background:var(--ok)}.badge.o-hung{background:var(--hung)}.badge.o-crashed{background:var(--crash)}.badge.o-timed-out{background:var(--late)}
 .badge.s-failed{background:var(--crash);letter-spacing:.04em}.badge.s-passed{background:var(--ok)}.badge.s-unchecked{background:#8c959f}
 #tally{font-size:14px}.tally-head{font-size:16px}#tally[data-failed]:not([data-failed='0']) .tally-head{color:var(--crash)}
 #summary tr.s-failed td{background:#ffebe9}#summary td.expected,#summary td.differed{max-width:360px}
@@ -32,7 +32,7 @@ h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:0 0 6px}h3{font-size:1
 .sw.hang{width:3px;background:var(--crash)}.sw.verdictsw{width:3px;background:var(--ink)}.sw.killed{width:3px;background:#000}
 .sw.mkfault{width:9px;height:9px;background:#f08c00;transform:rotate(45deg)}
 .world{border-top:3px solid var(--line);padding:10px 0 16px;margin-top:8px}
-.world.o-hung{border-top-color:var(--hung)}.world.o-crashed{border-top-color:var(--crash)}.world.o-completed{border-top-color:var(--ok)}
+.world.o-hung{border-top-color:var(--hung)}.world.o-crashed{border-top-color:var(--crash)}.world.o-completed{border-top-color:var(--ok)}.world.o-timed-out{border-top-color:var(--late)}
 .world.s-failed{border-top:4px solid var(--crash);background:linear-gradient(#ffebe9,#fff 60px)}.world.s-passed{border-top-color:var(--ok)}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:1px 10px;margin:0 0 6px}
 dl.facts dt{color:var(--mut)}dl.facts dd{margin:0;word-break:break-word}dd.f-root-cause{font-weight:600}

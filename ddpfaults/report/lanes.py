@@ -129,7 +129,8 @@ def lane(r: dict, result, divergence, scale: Scale, verdict_t: float, end: float
     parts = _life_and_steps(times, scale, rank)
     parts += _collectives(r, times, scale, divergence, timeline_calls(r) if calls is None else calls)
     div_index = divergence.index if divergence else None
-    if div_index and result is not None and len(result.collectives) < div_index and state not in DEAD:
+    made = max((c.seq for c in result.collectives), default=0) if result is not None else None
+    if div_index and made is not None and made < div_index and state not in DEAD:
         skipped = [e["t"] for e in times.events if e.get("k") == "fault" and e.get("effect") == "skipped"]
         parts.append(
             item(

@@ -96,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--report",
         metavar="PATH.json",
-        help="the judge writes the world as a ddpfaults.report/2 document here (on its own node)",
+        help="the judge writes the world as a ddpfaults.report/3 document here (on its own node)",
     )
     parser.add_argument("--stall", type=float, help="stall window in seconds (default: the scenario's, else 2)")
     parser.add_argument(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ddpfaults.judge.attribution import attribute, loop_exit, own_pattern
 from ddpfaults.judge.results import Collective, FiredFault, RankResult, RankState
 from ddpfaults.judge.verdict import first_divergence, root_cause
@@ -23,7 +25,8 @@ def batches(n: int, it: int = 1, ended: bool = False) -> list[dict]:
 
 
 def rank(r, state, calls, events=(), **kw) -> RankResult:
-    return RankResult(rank=r, state=state, collectives=list(calls), events=list(events), **kw)
+    numbered = [dataclasses.replace(c, seq=n) for n, c in enumerate(calls, 1)]  # #N is the rank's N-th, as judged
+    return RankResult(rank=r, state=state, collectives=numbered, events=list(events), **kw)
 
 
 def skipped_batch_world(size: int, skipper: int = 1) -> list[RankResult]:

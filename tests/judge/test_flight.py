@@ -101,3 +101,18 @@ def test_a_recorded_collective_says_who_made_it():
     )
     toy = _entry(("/src/ddpfaults/toy/models.py", "_reduce_num_masks"), ("/src/ddpfaults/rank/job.py", "run_job"))
     assert _maker(toy) == "user"  # code ddpfaults ships for scenarios is the user's side
+
+
+def test_a_record_cut_by_the_ring_buffer_keeps_the_jobs_collective_numbers():
+    """Torch keeps the last TORCH_FR_BUFFER_SIZE entries: after 8136 collectives a 4000-entry record starts at record
+    id 4136. A record that began empty with the job is numbered by record id (#4137 is the job's 4137th collective,
+    not #1); one that did not (a warm rank that could not empty it) by position."""
+    dump = {
+        "pg_status": {"0": {"last_completed_collective": 8136}},
+        "entries": [
+            {**entry(seq, [[9]], created=1_000_000_000_000 + seq, retired=True), "record_id": seq - 1}
+            for seq in (4137, 4138)
+        ],
+    }
+    assert [c.seq for c in collectives(dump, since_wall=None, steps=[], fresh=True)] == [4137, 4138]
+    assert [c.seq for c in collectives(dump, since_wall=None, steps=[], fresh=False)] == [1, 2]

@@ -255,3 +255,89 @@ def test_a_rank_that_wrote_and_died_between_a_read_and_the_liveness_check_has_it
     world = ExitsBetweenReads(clock)
     assert loop.watch(world, RunSpec(world_size=2)) == StopReason.ENDED
     assert [f.how for f in world.watches[0].fired] == ["killed itself"]
+
+
+FRAMES = [{"filename": "/home/u/train.py", "line": 18, "name": "main"}]
+WALL0 = 1_795_000_000.0  # the wall clock at the world's start
+
+
+class TrainingWorld(ScriptedWorld):
+    """Two ranks that each take a step every 10 ms with one DDP gradient bucket all_reduce in it, for ``seconds``;
+    their flight recorders record every collective. A dump is taken 0.2 s after it is asked for, so it holds the
+    collectives made meanwhile, whose step events the judge has not read yet."""
+
+    def __init__(self, clock: Clock, seconds: float):
+        steps = [round(0.2 + 0.01 * s, 3) for s in range(int((seconds - 0.2) / 0.01))]
+        script = {0.1: [(r, {"k": "start", "t": 0.1, "wall": WALL0 + 0.1, "fresh_record": True}) for r in (0, 1)]}
+        script[0.1] += [(r, enter_init()) for r in (0, 1)]
+        script[0.15] = [(r, leave()) for r in (0, 1)]
+        for s, t in enumerate(steps):
+            script[t] = [(r, {"k": "step", "step": s, "t": t, "wall": WALL0 + t, "pg_seq": s}) for r in (0, 1)]
+        super().__init__(clock, 2, script)
+        self.steps, self.dumped_at = steps, None
+
+    def collect_flight_records(self, indices: list[int]) -> None:
+        self.clock.now += 0.2
+        self.dumped_at = self.clock.now - self.t0
+
+    def flight_record(self, i: int) -> dict:
+        made = [s for s, t in enumerate(self.steps) if t + 0.001 <= self.dumped_at]
+        entries = [
+            {
+                "record_id": s,
+                "pg_id": 0,
+                "process_group": ("0", "default_pg"),
+                "collective_seq_id": s + 1,
+                "profiling_name": "gloo:all_reduce",
+                "time_created_ns": int((WALL0 + self.steps[s] + 0.001) * 1e9),
+                "input_sizes": [[9]],
+                "frames": [{"filename": "/torch/autograd/graph.py", "line": 1, "name": "_engine_run_backward"}]
+                + FRAMES,
+                "retired": s < made[-1],
+            }
+            for s in made
+        ]
+        return {"pg_status": {"0": {"last_completed_collective": made[-1]}}, "entries": entries}
+
+    def reported(self, i: int):
+        return None
+
+    def death(self, i, reason, now):
+        return None
+
+    def describe(self, i: int) -> dict:
+        return dict(pid=None, exitcode=None, output="", events=[{**e} for e in self.watches[i].events])
+
+
+def test_collectives_recorded_after_the_stop_are_placed_in_the_steps_they_were_made_in(clock):
+    """At the timeout the ranks are still training; their dumps come 0.2 s later and hold 20 more collectives. The
+    judge reads the step events written before the dumps: each collective keeps its own step (step s made
+    collective #s+1), none is lumped into the last step read at the stop."""
+    world = TrainingWorld(clock, seconds=10)
+    spec = RunSpec(world_size=2, stall=1, timeout=3)
+    reason = loop.watch(world, spec)
+    assert reason is StopReason.TIMEOUT
+    result = loop.judge(world, spec, reason)
+    for rank in result.ranks:
+        assert rank.recorder == "flight recorder" and len(rank.collectives) > 290
+        assert [c.step for c in rank.collectives] == [c.seq - 1 for c in rank.collectives]
+
+
+@pytest.mark.parametrize("seconds, outcome", [(10, "timed out"), (1.5, "hung")])
+def test_the_timeout_finds_a_world_still_training_timed_out_and_a_world_that_stopped_moving_hung(
+    clock, seconds, outcome
+):
+    """Both worlds are stopped by the 4 s timeout (no rank waits in a collective, so the stall rule never applies):
+    one still stepping every 10 ms, one whose ranks stopped at 1.5 s (in a DDP bucket their flight records show
+    never completed)."""
+    world = TrainingWorld(clock, seconds=seconds)
+    spec = RunSpec(world_size=2, stall=1, timeout=4)
+    reason = loop.watch(world, spec)
+    assert reason is StopReason.TIMEOUT
+    result = loop.judge(world, spec, reason)
+    assert result.outcome == outcome and [r.outcome for r in result.ranks] == [outcome] * 2
+    if outcome == "timed out":
+        assert result.root_rank is None and result.divergence is None
+        assert result.root_cause.startswith("still training at the deadline: step ")
+    else:
+        assert result.root_cause.startswith("ranks 0, 1 blocked (in all_reduce([9]) [DDP gradient bucket]")

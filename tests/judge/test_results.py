@@ -122,7 +122,7 @@ def make_world(outcome: Outcome = Outcome.HUNG, *, value=None, replay: str | Non
 
 
 def test_outcome_values_are_exactly_the_expect_strings():
-    assert [o.value for o in Outcome] == ["completed", "hung", "crashed"]
+    assert [o.value for o in Outcome] == ["completed", "hung", "crashed", "timed out"]
     for o in Outcome:
         assert o == o.value
         assert str(o) == o.value

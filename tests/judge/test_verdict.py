@@ -98,6 +98,21 @@ def test_ddp_internal_calls_from_different_lines_match_but_user_calls_do_not():
     assert first_divergence([rank(0, collectives=[user[0]]), rank(1, collectives=[user[1]])]) is not None
 
 
+def test_records_cut_by_the_ring_buffer_at_different_points_are_compared_where_both_reach():
+    """Rank 1 finished after collective #8133; rank 0 went on into #8134. Torch's ring buffer kept each rank's last
+    4000 entries, so rank 0's record starts at #4135 and rank 1's at #4134, one step apart: compared by position
+    every pair differed (a divergence at "#1"); compared by number they agree up to #8133, and rank 1 never made
+    #8134."""
+    rank0 = [coll(seq, seq - 5, done=seq < 8134) for seq in range(4135, 8135)]
+    rank1 = [coll(seq, seq - 5) for seq in range(4134, 8134)]
+    d = first_divergence([rank(0, RankState.BLOCKED, rank0), rank(1, RankState.FINISHED, rank1)])
+    assert d is not None and d.index == 8134
+    assert [(g.ranks, g.call and g.call.step, g.absent) for g in d.groups] == [
+        ((0,), 8129, None),
+        ((1,), None, "finished"),
+    ]
+
+
 # -- is_collateral --------------------------------------------------------------------------
 
 

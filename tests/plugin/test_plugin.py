@@ -17,7 +17,7 @@ import pytest
 
 from ddpfaults.report.document import read_document
 from plugin_user import SCENARIOS, STEPS, ddp_world_session, every_option_session
-from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate
+from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
 from processes import alive, descendants
 
 
@@ -158,7 +158,7 @@ def test_a_real_crash_fails_with_root_cause_traceback_and_output(every_option):
 def test_xdist_two_workers_json_report_holds_every_world(every_option):
     result, document, directory = every_option
     result.stdout.fnmatch_lines(["*2 workers*", "4 worlds: 1 completed, 2 crashed, 1 hung", "JSON report: worlds.json"])
-    assert document["schema"] == "ddpfaults.report/2"
+    assert document["schema"] == "ddpfaults.report/3"
     assert sorted(w["nodeid"] for w in document["worlds"]) == [
         "scenario_user.py::completes",
         "scenario_user.py::crashes[claims_completed]",
@@ -181,7 +181,7 @@ def test_xdist_two_workers_json_report_holds_every_world(every_option):
             "observed": "crashed",
         }
     ]
-    read_document(directory / "worlds.json")  # a valid ddpfaults.report/2 document
+    read_document(directory / "worlds.json")  # a valid ddpfaults.report/3 document
     assert len([r["pid"] for w in document["worlds"] for r in w["ranks"] if r["pid"]]) == 8
 
 
@@ -491,3 +491,58 @@ def test_idles():
         if session.poll() is None:
             session.kill()
             session.wait()
+
+
+TRAINS_FOR = '''
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def trains_for(ctx, seconds):
+    """All-reduce a ones tensor every 10 ms for ``seconds``: a healthy job that outlasts a short deadline."""
+    t, step, end = torch.ones(1), 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        ctx.step(step)
+        dist.all_reduce(t)
+        time.sleep(0.01)
+        step += 1
+'''
+
+TIMED_OUT_TEST = """
+import pytest
+from timedfns_user import trains_for
+
+from ddpfaults.engine import pool
+
+
+@pytest.fixture
+def fork_server():
+    assert pool.fork_server_ready(timeout=600)  # a cold start (torch imported under load) is not the world's time
+
+
+def test_trains_past_its_deadline(fork_server, ddp_world):
+    ddp_world.run(trains_for, world_size=2, timeout=3, stall=1, args=(60,), expect="completed")
+"""
+
+
+def test_a_world_timed_out_fails_its_test_saying_what_to_raise_and_junit_records_the_verdict(pytester, monkeypatch):
+    user = isolate(pytester, monkeypatch, timedfns_user=TRAINS_FOR, test_timed_out_user=TIMED_OUT_TEST)
+    result, document = run(user, "test_timed_out_user.py", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "expected completed, observed timed out: still training at the deadline: step * on every rank, last "
+            "progress *.** s ago — raise the timeout (3 s)",
+            "ddpfaults: 2-rank gloo world TIMED OUT in * (hard timeout of 3 s reached)",
+            "*0*timed out*",
+            "*1*timed out*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("first divergent collective*")
+    case = next(ET.parse(user.path / "junit.xml").getroot().iter("testcase"))
+    assert {p.get("name"): p.get("value") for p in case.iter("property")}["ddpfaults.verdict"] == "timed out"
+    (world,) = document["worlds"]
+    assert (world["outcome"], world["root_rank"], world["divergence"]) == ("timed out", None, None)
+    assert_no_orphans(document)

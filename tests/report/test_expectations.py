@@ -224,8 +224,35 @@ def test_cli_run_json_is_a_report_document_the_html_command_draws(tmp_path, caps
 def test_cli_run_json_without_expect_has_a_null_expectation_and_a_bad_expect_runs_nothing(tmp_path, capsys):
     run = ["run", f"{RANKFNS}:all_reduce_steps", "--world-size", "2", "--timeout", "60"]
     assert cli([*run, "--expect", "crashed on rank one", "--json", str(tmp_path / "bad.json")]) == 2
-    assert "--expect: expect 'crashed on rank one': write 'completed'" in capsys.readouterr().err
+    assert "--expect: expect 'crashed on rank one': write one of 'completed'" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()
     assert cli([*run, "--json", str(tmp_path / "plain.json")]) == 0
     (world,) = read_document(tmp_path / "plain.json")["worlds"]
     assert world["outcome"] == "completed" and world["expectation"] is None
+
+
+def timed_out_world() -> WorldResult:
+    """Both ranks still training when the 5 s timeout came."""
+    ranks = [RankResult(rank=r, state=RankState.RUNNING, last_step=165, timed_out=True) for r in range(2)]
+    cause = "still training at the deadline: step 165 on every rank, last progress 0.02 s ago — raise the timeout (5 s)"
+    return WorldResult(Outcome.TIMED_OUT, ranks, cause, None, "hard timeout of 5 s reached", 5.0, 2, 3, timeout=5.0)
+
+
+def test_a_timed_out_world_is_expected_as_timed_out_and_a_mismatch_says_what_to_raise():
+    world = timed_out_world()
+    expect = Expect.parse("timed out")
+    assert expect.outcome is Outcome.TIMED_OUT and expect.describe() == "timed out"
+    assert Expectation.of(expect, world).held
+    (mismatch,) = Expect.parse("completed").mismatches(world)
+    assert (mismatch.kind, mismatch.expected, mismatch.observed) == ("outcome", "completed", "timed out")
+    assert mismatch.text == f"expected completed, observed timed out: {world.root_cause}"
+    assert [line.split()[:5] for line in world.report().splitlines() if line.startswith("   0 ")] == [
+        ["0", "timed", "out", "running", "165"]
+    ]
+
+
+def test_the_page_draws_a_timed_out_world_with_its_own_badge_and_no_hang_point():
+    page = render_html(build_document([timed_out_world(), crashed_world()]))
+    assert "class='badge o-timed-out'>timed out</span>" in page and "o-timed out" not in page
+    assert ".badge.o-timed-out{" in page and "verdicts: 1 crashed, 1 timed out" in page
+    assert "hang-point" not in page.split("<section class='world o-timed-out", 1)[1].split("<section", 1)[0]

@@ -13,8 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpfaults.matrix import Row
-from ddpfaults.soak import Flip, Hogs, Totals, case_lines, summary_line, tally, totals, unusual_run
+from ddpfaults.judge.fidelity import formed_at, verdict_time
+from ddpfaults.matrix import Row, run_case
+from ddpfaults.scenario import discover
+from ddpfaults.soak import Flip, Hogs, Totals, case_lines, percentile, summary_line, tally, totals, unusual_run
+from ddpfaults.spec import RunSpec
 from processes import alive, descendants, interruptible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
@@ -81,6 +84,65 @@ def test_a_mismatch_in_every_round_is_counted_per_run_and_is_no_flip():
     (t,) = tally([(r, _row("w", "completed", mismatches=[miss], expected="hung")) for r in (1, 2)])
     assert t.flips == [] and t.mismatched_runs == 2
     assert case_lines([t]) == ["s[w]  completed 2  MISMATCH", f"    mismatch in 2/2 runs: {miss}"]
+
+
+def test_percentiles_are_nearest_rank():
+    values = [float(v) for v in range(100, 0, -1)]  # 1..100, unordered
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
+    assert percentile([0.3], 50) == percentile([0.3], 99) == 0.3 and percentile([], 50) is None
+    assert (percentile([1.0, 2.0], 50), percentile([1.0, 2.0], 99)) == (1.0, 2.0)
+
+
+def test_each_case_publishes_its_verdict_latency_and_how_often_rank_and_divergence_matched():
+    """A hang case over four rounds: latencies 2.03-2.1 s after the deadlock formed, rank 1 named in three runs, the
+    first divergence right in two; a case expecting no rank or collective publishes latency only; a completed case
+    publishes nothing."""
+    hung = [
+        dataclasses.replace(
+            _row("hang", "hung", r, expected="hung on rank 1 in all_reduce"),
+            latency=lat,
+            root_matched=r == 1,
+            divergence_matched=div,
+        )
+        for r, lat, div in ((1, 2.05, True), (1, 2.03, True), (1, 2.1, False), (0, 2.04, False))
+    ]
+    crashed = [dataclasses.replace(_row("crash", "crashed", 1, expected="crashed"), latency=0.52) for _ in (1, 2)]
+    tallies = tally([(i + 1, row) for i, row in enumerate(hung)] + [(i + 1, row) for i, row in enumerate(crashed)])
+    tallies += tally([(1, _row("ok", "completed"))])
+    hang, crash, ok = tallies
+    assert hang.to_dict()["fidelity"] == {
+        "verdict_latency": {"p50": 2.04, "p99": 2.1, "runs": 4},
+        "root_rank": {"matched": 3, "runs": 4, "rate": 0.75},
+        "first_divergence": {"matched": 2, "runs": 4, "rate": 0.5},
+    }
+    assert crash.to_dict()["fidelity"] == {
+        "verdict_latency": {"p50": 0.52, "p99": 0.52, "runs": 2},
+        "root_rank": None,
+        "first_divergence": None,
+    }
+    assert ok.to_dict()["fidelity"] == {"verdict_latency": None, "root_rank": None, "first_divergence": None}
+    lines = case_lines([hang, crash, ok])
+    assert lines[0] == (
+        "s[hang]   hung 4  FLIP  (verdict 2.04/2.10 s after the failure (p50/p99); root rank 3/4; divergence 2/4)"
+    )
+    assert "s[crash]  crashed 2  (verdict 0.52/0.52 s after the failure (p50/p99))" in lines
+    assert "s[ok]     completed 1" in lines
+
+
+def test_a_real_hang_cases_figures_come_from_its_own_data():
+    """all_ranks_train[uneven_naive] (4 ranks: rank 1's loader is short, it finishes while the others wait in the
+    next gradient all_reduce): the expected rank and collective are named, and the latency runs to the verdict from
+    the deadlock forming, which the world's own timeline places: not before rank 1 finished nor before any other
+    rank's last step began, not after the verdict."""
+    (case,) = [c for c in discover() if c.id == "all_ranks_train[uneven_naive]"]
+    row = run_case(case, RunSpec())
+    result = row.result
+    assert row.ok and (row.root_matched, row.divergence_matched) == (True, True), result.report()
+    formed, verdict = formed_at(result), verdict_time(result)
+    assert formed is not None and row.latency == pytest.approx(verdict - formed)
+    finished = [e["t"] for e in result.ranks[1].events if e["k"] == "finished"]
+    last_steps = [max(e["t"] for e in r.events if e["k"] == "step") for r in result.ranks if r.rank != 1]
+    assert max(finished + last_steps) <= formed <= verdict, (formed, finished, last_steps, verdict)
 
 
 def test_a_run_that_flips_or_mismatches_prints_its_worlds_report_as_it_happens():
@@ -210,11 +272,13 @@ def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(t
     assert lines[0] == "soak: 2 cases x 2 rounds under 1 hog"
     assert lines[1].startswith("round 1/2: 2 runs in ") and lines[1].endswith("so far 0 flips, 0 mismatches")
     assert lines[2].startswith("round 2/2: 2 runs in ")
-    assert lines[3:6] == [
-        "reduce_steps[clean]  completed 2",
-        "reduce_steps[crash]  crashed 2",
-        "hogs: 1 started, 1 stopped",
-    ]
+    assert lines[3] == "reduce_steps[clean]  completed 2"
+    assert re.fullmatch(
+        r"reduce_steps\[crash\]  crashed 2  \(verdict (\d+\.\d\d)/(\d+\.\d\d) s after the failure \(p50/p99\); "
+        r"root rank 2/2\)",
+        lines[4],
+    ), lines[4]
+    assert lines[5] == "hogs: 1 started, 1 stopped"
     assert lines[6].startswith("soak: 2 cases x 2 rounds under 1 hog: 0 flips, 0 mismatches in 4 runs (")
     assert len(lines) == 7, output
     assert [(c["case"], c["verdicts"], c["observations"][0]["root_rank"]) for c in data["cases"]] == [
@@ -222,6 +286,12 @@ def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(t
         ("reduce_steps[crash]", {"crashed": 2}, 1),
     ]
     assert (data["runs"], data["flips"], data["mismatches"], data["ok"]) == (4, 0, 0, True)
+    clean, crash = (c["fidelity"] for c in data["cases"])
+    assert clean == {"verdict_latency": None, "root_rank": None, "first_divergence": None}
+    latency = crash["verdict_latency"]
+    assert latency["runs"] == 2 and 0 <= latency["p50"] <= latency["p99"] < 60
+    assert f"verdict {latency['p50']:.2f}/{latency['p99']:.2f} s" in lines[4]
+    assert (crash["root_rank"], crash["first_divergence"]) == ({"matched": 2, "runs": 2, "rate": 1.0}, None)
 
 
 def test_a_soak_stopped_mid_round_by_ctrl_c_prints_its_counts_and_leaves_nothing(tmp_path):

@@ -318,3 +318,23 @@ def fsdp_dcp_round_trip(ctx, checkpoint_dir, steps=2):
     dcp.load(state, checkpoint_id=checkpoint_dir)
     restored.load_state_dict(state["model"])
     return [before, full_sum(restored)]
+
+
+def ddp_train_for(ctx, seconds, stuck_rank=None, stuck_step=None):
+    """DDP on a small Linear: SGD steps of about 10 ms for ``seconds`` (a healthy job that may outlast its
+    deadline); rank ``stuck_rank`` sleeps for ten minutes, outside any collective, once it reaches step
+    ``stuck_step``, while its peers wait for it in DDP's gradient all_reduce. Returns the steps taken."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    end, step = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        ctx.step(step)
+        if ctx.rank == stuck_rank and step == stuck_step:
+            time.sleep(600)
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        time.sleep(0.01)
+    return step

@@ -1,0 +1,38 @@
+"""A plain torchrun training script, no ddpfaults import: DDP on a small Linear, SGD steps of about 10 ms for
+``--seconds`` (a healthy job that may outlast its deadline). ``--stuck-rank R --stuck-step S``: rank R sleeps for
+ten minutes, outside any collective, once it reaches step S; its peers wait for it in DDP's gradient all_reduce."""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--stuck-rank", type=int, default=None)
+    parser.add_argument("--stuck-step", type=int, default=None)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    end, step = time.monotonic() + args.seconds, 0
+    while time.monotonic() < end:
+        if dist.get_rank() == args.stuck_rank and step == args.stuck_step:
+            time.sleep(600)
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        time.sleep(0.01)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
