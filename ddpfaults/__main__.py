@@ -16,7 +16,7 @@ from ddpfaults.expect import Expect, Expectation, require_faults_fired
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import load_function
-from ddpfaults.spec import PARAM, STEP_CLOCKS, RunSpec, output_problem
+from ddpfaults.spec import CLI, STEP_CLOCKS, RunSpec, output_problem, settable
 
 #: ``run``'s exit code for a world that timed out still making progress (no expectation given): not a failure found
 #: in the job, a deadline too short for it
@@ -28,23 +28,17 @@ def _parse_faults(text: str | None) -> list:
 
 
 def _world_args(parser: argparse.ArgumentParser) -> None:
-    """The run spec's settings as options; defaults and choices come from :mod:`ddpfaults.spec`."""
-    for name, kind in (
-        ("world_size", int),
-        ("seed", int),
-        ("timeout", float),
-        ("stall", float),
-        ("startup", float),
-        ("peer_failure", None),
-        ("start_method", None),
-    ):
-        param = PARAM[name]
+    """The run spec's settings a command line may set, as options; defaults, help and choices come from
+    :mod:`ddpfaults.spec`."""
+    for param in settable(CLI):
         parser.add_argument(
-            "--" + name.replace("_", "-"),
-            type=kind,
+            param.option,
+            dest=param.name,
+            type=param.parse if param.parse in (int, float) else None,
             default=param.default,
             choices=param.choices or None,
-            help=f"{param.kind} (default {param.default})",
+            metavar=None if param.choices else param.metavar,
+            help=f"{param.help}: {param.kind} (default {param.text(param.default)})",
         )
     parser.add_argument(
         "--json",
@@ -69,15 +63,8 @@ def _parse_kwargs(text: str | None) -> dict:
 
 
 def _settings(args) -> dict:
-    return dict(
-        world_size=args.world_size,
-        seed=args.seed,
-        timeout=args.timeout,
-        stall=args.stall,
-        startup=args.startup,
-        peer_failure=args.peer_failure,
-        start_method=args.start_method,
-    )
+    """The run settings the command line gave (or defaulted)."""
+    return {param.name: getattr(args, param.name) for param in settable(CLI)}
 
 
 def _run(args, script_argv: list[str]):

@@ -231,9 +231,7 @@ class DDPWorld:
         settings = self._item.config.stash[SETTINGS]
         require_fired = kwargs.pop("require_faults_fire", True)
         declared = {name: kwargs.pop(name) for name in list(kwargs) if name in PARAM}
-        spec = _spec(self._item).replace(world_size=world_size, **declared)
-        if settings.seed_pinned:
-            spec = spec.replace(seed=settings.seed)
+        spec = _spec(self._item).replace(world_size=world_size, **declared).replace(**settings.pinned)
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))

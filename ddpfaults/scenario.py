@@ -30,10 +30,19 @@ from ddpfaults.expect import Expect
 from ddpfaults.faults import check_faults
 from ddpfaults.faults.base import check_plan
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.spec import RunSpec, check_arguments, check_call, check_declared
+from ddpfaults.spec import SCENARIO, RunSpec, check_arguments, check_call, check_declared, settable
 
 ATTRIBUTE = "__ddpfaults_scenario__"
-SETTINGS = ("world_size", "timeout", "stall", "peer_failure")  # the run settings a scenario or variant may declare
+SETTINGS = tuple(p.name for p in settable(SCENARIO))  # the run settings a scenario or variant may declare
+
+
+def _settings(call: str, given: dict) -> dict:
+    """The run settings a declaration gives (None: not declared); a TypeError, as Python words it, for a keyword
+    that is no setting a scenario may declare."""
+    for name in given:
+        if name not in SETTINGS:
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+    return {name: value for name, value in given.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -44,27 +53,14 @@ class Variant:
     expect: Expect | None = None
     faults: tuple | None = None
     kwargs: dict = field(default_factory=dict)
-    world_size: int | None = None
-    peer_failure: str | None = None
-    timeout: float | None = None
-    stall: float | None = None
+    settings: dict = field(default_factory=dict)  # the run settings it declares (:data:`SETTINGS`)
     argv: tuple | None = None
 
 
-def variant(
-    name: str,
-    *,
-    expect=None,
-    faults=None,
-    kwargs=None,
-    argv=None,
-    world_size=None,
-    peer_failure=None,
-    timeout=None,
-    stall=None,
-) -> Variant:
-    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script.
-    Its settings and keyword arguments are checked when the scenario is declared (the error names both)."""
+def variant(name: str, *, expect=None, faults=None, kwargs=None, argv=None, **settings) -> Variant:
+    """Declare a variant of a scenario; ``kwargs`` are passed to the rank function, ``argv`` to a script; the other
+    keywords are run settings (:data:`SETTINGS`). Its settings and keyword arguments are checked when the scenario
+    is declared (the error names both)."""
     if not isinstance(name, str) or not re.fullmatch(r"[\w.-]+", name):
         raise ScenarioError(f"variant name must be a word like 'naive' or 'fixed', got {name!r}")
     try:
@@ -76,10 +72,7 @@ def variant(
         Expect.parse(expect) if expect is not None else None,
         faults,
         kwargs if kwargs is not None else {},
-        world_size,
-        peer_failure,
-        timeout,
-        stall,
+        _settings("variant", settings),
         _argv(argv, f"variant {name}") if argv is not None else None,
     )
 
@@ -112,6 +105,11 @@ class Case:
         return value if value is not None else getattr(self.scenario, attr)
 
     @property
+    def settings(self) -> dict:
+        """The run settings this case declares: the scenario's, overlaid by its variant's."""
+        return {**self.scenario.settings, **(self.variant.settings if self.variant else {})}
+
+    @property
     def expect(self) -> Expect:
         """The expectation of this case."""
         return self._pick("expect")
@@ -123,9 +121,8 @@ class Case:
 
     def resolve(self, defaults: RunSpec) -> CaseRun:
         """What this case runs with: declared values first, then ``defaults``; ScenarioError naming the case."""
-        declared = {name: self._pick(name) for name in SETTINGS}
         try:
-            spec = defaults.replace(**declared)
+            spec = defaults.replace(**self.settings)
             faults = check_faults(self.faults, spec.world_size)
             _check_rank(self.expect, spec.world_size)
         except DDPFaultsError as exc:
@@ -189,10 +186,7 @@ class Scenario:
     name: str
     expect: Expect
     faults: tuple = ()
-    world_size: int | None = None
-    peer_failure: str | None = None
-    timeout: float | None = None
-    stall: float | None = None
+    settings: dict = field(default_factory=dict)  # the run settings it declares (:data:`SETTINGS`)
     kwargs: dict = field(default_factory=dict)
     variants: tuple = ()
     doc: str = ""
@@ -206,19 +200,10 @@ class Scenario:
         return [Case(self, v) for v in self.variants] or [Case(self, None)]
 
 
-def scenario(
-    *,
-    world_size=None,
-    faults=(),
-    expect="completed",
-    variants=(),
-    peer_failure=None,
-    timeout=None,
-    stall=None,
-    kwargs=None,
-    name=None,
-):
-    """Declare a module-level rank function as a scenario (see the module docstring)."""
+def scenario(*, faults=(), expect="completed", variants=(), kwargs=None, name=None, **settings):
+    """Declare a module-level rank function as a scenario (see the module docstring); the keywords besides these are
+    run settings (:data:`SETTINGS`)."""
+    settings = _settings("scenario", settings)
 
     def declare(fn):
         label = _name(name, getattr(fn, "__name__", repr(fn)))
@@ -230,10 +215,7 @@ def scenario(
             fn=fn,
             expect=expect,
             faults=faults,
-            world_size=world_size,
-            peer_failure=peer_failure,
-            timeout=timeout,
-            stall=stall,
+            settings=settings,
             kwargs=kwargs if kwargs is not None else {},
             variants=variants,
             doc=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "",
@@ -250,17 +232,16 @@ def script_scenario(
     argv=(),
     name=None,
     step_clock="optimizer",
-    world_size=None,
     faults=(),
     expect="completed",
     variants=(),
-    peer_failure=None,
-    timeout=None,
-    stall=None,
+    **settings,
 ) -> Scenario:
     """Declare a scenario that runs a script, unmodified, as torchrun would (see :func:`ddpfaults.run_script`);
     assign the result to a module-level name. ``script`` is relative to the declaring module's file; ``argv``
-    (and each variant's ``argv``) are the script's arguments. The name defaults to the script's file name."""
+    (and each variant's ``argv``) are the script's arguments. The name defaults to the script's file name; the other
+    keywords are run settings (:data:`SETTINGS`)."""
+    settings = _settings("script_scenario", settings)
     if not isinstance(script, (str, os.PathLike)):
         raise ScenarioError(f"script_scenario: script must be a path relative to the declaring module, got {script!r}")
     script = os.fspath(script)
@@ -277,10 +258,7 @@ def script_scenario(
         fn=None,
         expect=expect,
         faults=faults,
-        world_size=world_size,
-        peer_failure=peer_failure,
-        timeout=timeout,
-        stall=stall,
+        settings=settings,
         variants=variants,
         doc=f"runs {os.path.relpath(path, here)}",
         script=path,
@@ -301,7 +279,7 @@ def _name(name, default: str) -> str:
 def _declare(label: str, **fields) -> Scenario:
     """The validated :class:`Scenario`; every problem a :class:`ScenarioError` naming it."""
     try:
-        world_size = fields["world_size"]
+        world_size = fields["settings"].get("world_size")
         fields["faults"] = (
             check_plan(fields["faults"]) if world_size is None else check_faults(fields["faults"], world_size)
         )
@@ -331,7 +309,7 @@ def _check_case(case: Case) -> None:
     world size, and its keyword arguments against the rank function's signature (a script takes none)."""
     where = f"variant {case.variant.name}: " if case.variant else ""
     try:
-        settings = check_declared(**{name: case._pick(name) for name in SETTINGS})
+        settings = check_declared(**case.settings)
         if "world_size" in settings:
             check_faults(case.faults, settings["world_size"])
             _check_rank(case.expect, settings["world_size"])

@@ -24,15 +24,29 @@ from typing import Any
 import pytest
 
 from ddpfaults.errors import ConfigError, DeadlineError, MarkerError
-from ddpfaults.spec import PARAM, RunSpec, check_declared, output_problem, parse_bool
+from ddpfaults.spec import (
+    CLI,
+    ENVIRONMENT,
+    MARKER,
+    PARAM,
+    PARAMS,
+    PYTEST,
+    SCENARIO,
+    TORCHRUN,
+    Param,
+    RunSpec,
+    check_declared,
+    output_problem,
+    parse_bool,
+    settable,
+)
 
 TEARDOWN_SLACK = 2.0  # seconds a world needs after its deadline: stack dumps, judging, killing
 PYTEST_TIMEOUT_SHARE = 0.9  # a world may use this share of the time pytest-timeout leaves the item
 
 
-def _param(name: str) -> Callable[[str], Any]:
-    """The run spec's reading of ``name`` from text (ValueError, a ConfigError, on a bad value)."""
-    param = PARAM[name]
+def _parser(param: Param) -> Callable[[str], Any]:
+    """The run spec's reading of ``param`` from text (ValueError, a ConfigError, on a bad value)."""
     return lambda text: param.validate(param.parse(text))
 
 
@@ -75,44 +89,24 @@ class Option:
         return "DDPFAULTS_" + self.name.upper()
 
 
-def _run_option(name: str, help: str, metavar: str) -> Option:
-    """An option that sets a field of the run spec: its default, parser and kind come from the spec."""
-    param = PARAM[name]
+def _run_option(param: Param) -> Option:
+    """An option that sets a field of the run spec: its default, parser, kind and help come from the spec's table."""
+    declarers = " or ".join(place for place in (SCENARIO, MARKER) if place in param.places)
+    wins = f"; what a {declarers} declares wins" if declarers else ""
+    if param.pins:
+        wins = f"; from the command line or {param.env} it wins over markers and scenarios too, for replay"
     return Option(
-        name,
-        _param(name),
+        param.name,
+        _parser(param),
         param.default,
         param.kind,
-        f"{help} (default {param.default:g})"
-        if isinstance(param.default, float)
-        else f"{help} (default {param.default})",
-        metavar,
+        f"{param.help} (default {param.text(param.default)}{wins})",
+        param.metavar,
     )
 
 
 OPTIONS = (
-    _run_option("world_size", "ranks per world unless a scenario or marker declares it", "N"),
-    _run_option("timeout", "hard wall-clock cap of a world in seconds", "SECONDS"),
-    _run_option(
-        "stall", "seconds without progress, every live rank waiting, after which a world is judged hung", "SECONDS"
-    ),
-    _run_option(
-        "startup",
-        "limit in seconds on a world's start-up (every rank joining the process group), within the timeout",
-        "SECONDS",
-    ),
-    _run_option(
-        "seed",
-        "seed of every world; from the command line or DDPFAULTS_SEED it overrides markers and "
-        "scenarios too, for replay",
-        "N",
-    ),
-    _run_option(
-        "peer_failure",
-        "what a failed rank does unless declared: exit (gloo-native) or linger (NCCL-like: peers hang)",
-        "MODE",
-    ),
-    _run_option("start_method", "how rank processes start", "METHOD"),
+    *(_run_option(param) for param in settable(PYTEST)),
     Option(
         "report", str, None, "a file path", "write every world's result to this JSON file", "PATH.json", output="file"
     ),
@@ -167,15 +161,10 @@ BY_NAME = {option.name: option for option in OPTIONS}
 
 @dataclass(frozen=True)
 class Settings:
-    """The resolved settings of one pytest run (``sources`` says where each value came from)."""
+    """The resolved settings of one pytest run: ``spec`` holds the run settings (its fields read as attributes of
+    the settings too: ``settings.stall``), the rest are the plugin's own; ``sources`` says where each came from."""
 
-    world_size: int = PARAM["world_size"].default
-    timeout: float = PARAM["timeout"].default
-    stall: float = PARAM["stall"].default
-    startup: float = PARAM["startup"].default
-    seed: int = PARAM["seed"].default
-    peer_failure: str = PARAM["peer_failure"].default
-    start_method: str = PARAM["start_method"].default
+    spec: RunSpec = RunSpec()
     report: str | None = None
     html: str | None = None
     trace: str | None = None
@@ -184,35 +173,34 @@ class Settings:
     show: bool = False
     sources: tuple = ()
 
+    def __getattr__(self, name: str):
+        if name in PARAM:
+            return getattr(self.spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def source(self, name: str) -> str:
         """Where ``name`` came from: its flag, its environment variable, ``ini option ...``, or ``default``."""
         return dict(self.sources).get(name, "default")
 
+    def given(self, name: str) -> bool:
+        """True if ``name`` came from the command line or the environment (not the ini file, not the default)."""
+        return self.source(name).startswith(("--", "DDPFAULTS_"))
+
+    @property
+    def pinned(self) -> dict:
+        """The settings whose value beats markers and scenarios (:attr:`~ddpfaults.spec.Param.pins`): given on the
+        command line or in the environment."""
+        return {p.name: getattr(self.spec, p.name) for p in settable(PYTEST) if p.pins and self.given(p.name)}
+
     @property
     def seed_pinned(self) -> bool:
         """True if the seed came from the command line or the environment: it then beats markers and scenarios."""
-        return self.source("seed").startswith(("--", "DDPFAULTS_"))
-
-    @property
-    def spec(self) -> RunSpec:
-        """These settings as the run spec of a world that declares nothing itself."""
-        return RunSpec(
-            world_size=self.world_size,
-            timeout=self.timeout,
-            stall=self.stall,
-            startup=self.startup,
-            seed=self.seed,
-            peer_failure=self.peer_failure,
-            start_method=self.start_method,
-        )
+        return "seed" in self.pinned
 
     def header(self) -> str:
         """One line for pytest's report header."""
-        return (
-            f"ddpfaults: world_size={self.world_size} timeout={self.timeout:g}s stall={self.stall:g}s "
-            f"startup={self.startup:g}s "
-            f"seed={self.seed} peer_failure={self.peer_failure} start_method={self.start_method}"
-        )
+        shown = (f"{p.name}={p.text(getattr(self.spec, p.name))}{'s' if p.seconds else ''}" for p in settable(PYTEST))
+        return "ddpfaults: " + " ".join(shown)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -250,27 +238,28 @@ def resolve(config: pytest.Config) -> Settings:
                 f"ddpfaults: {where}: invalid value {raw!r} (expected {option.kind}{hint})"
             ) from None
         sources.append((option.name, where))
-    settings = Settings(**values, sources=tuple(sources))
+    run = {name: values.pop(name) for name in PARAM if name in values}
     if not hasattr(config, "workerinput"):  # the controller writes the reports (an xdist worker never does)
-        _check_outputs(settings, str(config.invocation_params.dir))
+        _check_outputs(values, dict(sources), str(config.invocation_params.dir))
     try:
-        settings.spec  # noqa: B018 - the combination must be a valid spec (stall below timeout)
-    except ConfigError:
+        spec = RunSpec(**run)
+    except ConfigError:  # each value is valid (parsed above): the combination is not (stall below timeout)
+        where = dict(sources)
         raise pytest.UsageError(
-            f"ddpfaults: stall {settings.stall:g} s (from {settings.source('stall')}) must be shorter than "
-            f"timeout {settings.timeout:g} s (from {settings.source('timeout')})"
+            f"ddpfaults: stall {run['stall']:g} s (from {where.get('stall', 'default')}) must be shorter than "
+            f"timeout {run['timeout']:g} s (from {where.get('timeout', 'default')})"
         ) from None
-    return settings
+    return Settings(spec, **values, sources=tuple(sources))
 
 
-def _check_outputs(settings: Settings, here: str) -> None:
+def _check_outputs(values: dict, sources: dict, here: str) -> None:
     """``pytest.UsageError`` if a report path (relative to ``here``) cannot be written, or two name one file."""
     seen: dict = {}
     for option in OPTIONS:
-        value = getattr(settings, option.name)
+        value = values.get(option.name)
         if option.output is None or value is None:
             continue
-        where = settings.source(option.name)
+        where = sources.get(option.name, "default")
         path = os.path.normpath(os.path.join(here, value))
         problem = output_problem(path, directory=option.output == "dir")
         if problem:
@@ -282,10 +271,13 @@ def _check_outputs(settings: Settings, here: str) -> None:
 
 # -- the ddpfaults(...) marker -------------------------------------------------------------------
 
-MARKER_KEYS = ("world_size", "timeout", "stall", "startup", "peer_failure", "seed")
+#: the marker's keys, in table order, those a pinned option beats (the seed) last
+MARKER_KEYS = tuple(p.name for p in sorted(settable(MARKER), key=lambda p: p.pins))
 MARKER_LINE = (
-    "ddpfaults(world_size=None, timeout=None, stall=None, startup=None, peer_failure=None, seed=None): run this test's "
-    "worlds with these settings; what a scenario declares wins, --ddpfaults-seed wins over seed."
+    f"ddpfaults({', '.join(f'{key}=None' for key in MARKER_KEYS)}): run this test's worlds with these settings; what a "
+    "scenario declares wins, "
+    + ", ".join(f"{BY_NAME[p.name].cli} wins over {p.name}" for p in settable(MARKER) if p.pins)
+    + "."
 )
 
 
@@ -325,7 +317,7 @@ def run_spec(settings: Settings, marks: dict, where: str = "") -> RunSpec:
             f"{n} from {'the marker' if n in marks else settings.source(n)}" for n in ("timeout", "stall")
         )
         raise MarkerError(f"{_marker(where)}: {exc} ({sources})") from None
-    return spec.replace(seed=settings.seed) if settings.seed_pinned else spec
+    return spec.replace(**settings.pinned)
 
 
 def fit(spec: RunSpec, remaining: float | None) -> RunSpec:
@@ -342,3 +334,72 @@ def fit(spec: RunSpec, remaining: float | None) -> RunSpec:
             f"its ranks before pytest-timeout fires; raise the test's timeout"
         )
     return spec.capped(deadline)
+
+
+# -- the options reference (docs/options.md) ------------------------------------------------------
+
+
+def reference() -> str:
+    """``docs/options.md``: every run setting and where it may be set, then the plugin's own options; made from the
+    run spec's table and :data:`OPTIONS` (``python -m ddpfaults.settings > docs/options.md``)."""
+
+    def code(text: str) -> str:
+        return f"`{text}`"
+
+    def where(param: Param, place: str, text: str) -> str:
+        return code(text) if place in param.places else ""
+
+    lines = [
+        "# Options",
+        "",
+        "Generated from `ddpfaults/spec.py` (the run settings: `RunSpec`'s fields) and `ddpfaults/settings.py` (the",
+        "pytest plugin's own options) by `python -m ddpfaults.settings > docs/options.md`; `tests/test_options_doc.py`",
+        "fails when this file and the code disagree.",
+        "",
+        "## Run settings",
+        "",
+        "Every setting is a keyword of `run_world`, `run_script` (all but `reuse`) and `RunSpec`; the columns say",
+        "where else it may be set. A pytest option is also an ini key (`ddpfaults_NAME`) and an environment variable",
+        "(`DDPFAULTS_NAME`): command line > environment > ini file > default. What a scenario or a marker declares",
+        "wins over the pytest options, except a setting marked *pins* given on the command line or in the",
+        "environment.",
+        "",
+        "| setting | default | valid values | meaning | `python -m ddpfaults run` | pytest option | marker | "
+        "scenario, variant | torchrun worker | environment |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for param in PARAMS:
+        pytest_option = (
+            f"{code(BY_NAME[param.name].cli)}{' (pins)' if param.pins else ''}" if param.name in BY_NAME else ""
+        )
+        cells = [
+            code(param.name),
+            code(param.text(param.default)),
+            param.kind,
+            param.help,
+            where(param, CLI, param.option),
+            pytest_option,
+            where(param, MARKER, f"{param.name}="),
+            where(param, SCENARIO, f"{param.name}="),
+            where(param, TORCHRUN, param.option),
+            where(param, ENVIRONMENT, param.env),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## The pytest plugin's own options",
+        "",
+        "| option | ini key | environment | default | valid values | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for option in OPTIONS:
+        if option.name not in PARAM:
+            default = " ".join(option.default) if isinstance(option.default, tuple) else option.default
+            default = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
+            cells = [code(option.cli), code(option.ini), code(option.env), code(default), option.kind, option.help]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

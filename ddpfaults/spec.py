@@ -48,9 +48,23 @@ def parse_bool(text: str) -> bool:
 STEP_CLOCKS = ("optimizer", "dataloader")
 
 
+#: where a setting may be set, besides the public calls (``run_world``, ``run_script``, ``RunSpec``), which take
+#: every setting: ``python -m ddpfaults run/demo`` options (``--world-size N``), the pytest plugin's options with
+#: their ini keys and environment variables (``--ddpfaults-world-size``, ``ddpfaults_world_size``,
+#: ``DDPFAULTS_WORLD_SIZE``), keys of the ``ddpfaults(...)`` marker, keywords of a scenario or variant declaration,
+#: options of a torchrun worker (``python -m ddpfaults.launch ... --stall S``), and the environment variable
+#: ``DDPFAULTS_NAME`` read by the public calls when the keyword is not given
+CLI, PYTEST, MARKER, SCENARIO, TORCHRUN, ENVIRONMENT = "cli", "pytest", "marker", "scenario", "torchrun", "environment"
+PLACES = (CLI, PYTEST, MARKER, SCENARIO, TORCHRUN, ENVIRONMENT)
+
+
 @dataclass(frozen=True)
 class Param:
-    """One run setting: its default, a check of a value, how to read it from text, and the error it raises."""
+    """One run setting: its default, a check of a value, how to read it from text, the error it raises, and (for a
+    :class:`RunSpec` field) what it means and where it may be set (:data:`PLACES`).
+
+    ``pins``: a value given on the command line or in the environment beats what markers and scenarios declare (the
+    seed: a printed replay command reproduces the failing world)."""
 
     name: str
     default: Any
@@ -59,6 +73,10 @@ class Param:
     parse: Callable[[str], Any]
     error: type[errors.ConfigError] = errors.ConfigError
     choices: tuple = ()
+    help: str = ""
+    metavar: str = "VALUE"
+    places: frozenset = frozenset()
+    pins: bool = False
 
     def validate(self, value, source: str | None = None):
         """``value`` if valid (ints given for seconds become floats), else the param's error naming ``source``."""
@@ -75,44 +93,35 @@ class Param:
             raise self.error(f"{self.name} must be {self.kind}, got {text!r} (from {source})") from None
         return self.validate(value, source)
 
+    @property
+    def seconds(self) -> bool:
+        """True for a number of seconds (shown as ``60s`` in a header, ``60`` on a command line)."""
+        return self.parse is float
 
-PARAMS = (
-    Param("world_size", 4, "an int >= 1", lambda v: _is_int(v) and v >= 1, int, errors.InvalidWorldSize),
-    Param("timeout", 60.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
-    Param("stall", 2.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
-    Param("startup", 30.0, "a positive number of seconds", _is_seconds, float, errors.InvalidTimeout),
-    Param("seed", 0, "an int from -2**63 to 2**64-1", lambda v: _is_int(v) and SEEDS[0] <= v <= SEEDS[1], int),
-    Param(
-        "backend",
-        "gloo",
-        "one of " + ", ".join(BACKENDS),
-        lambda v: v in BACKENDS,
-        str,
-        errors.UnknownBackend,
-        BACKENDS,
-    ),
-    Param(
-        "peer_failure",
-        "exit",
-        "exit or linger",
-        lambda v: v in PEER_FAILURES,
-        str,
-        errors.UnknownPeerFailure,
-        PEER_FAILURES,
-    ),
-    Param(
-        "start_method",
-        "forkserver",
-        "forkserver, spawn or fork",
-        lambda v: v in START_METHODS,
-        str,
-        errors.UnknownStartMethod,
-        START_METHODS,
-    ),
-    Param("threads", 1, "an int >= 1", lambda v: _is_int(v) and v >= 1, int),
-    Param("reuse", True, "true or false", lambda v: isinstance(v, bool), parse_bool),
-)
-PARAM = {p.name: p for p in PARAMS}
+    def text(self, value) -> str:
+        """``value`` as a command line writes it (``2`` for 2.0 seconds)."""
+        return f"{value:g}" if self.seconds else str(value).lower() if isinstance(value, bool) else str(value)
+
+    @property
+    def option(self) -> str:
+        """Its ``python -m ddpfaults`` and torchrun worker option, e.g. ``--world-size``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """Its environment variable, e.g. ``DDPFAULTS_WORLD_SIZE``."""
+        return "DDPFAULTS_" + self.name.upper()
+
+
+def setting(default, kind: str, check, parse, error=errors.ConfigError, *, help: str, places=(), **more):
+    """A :class:`RunSpec` field: its default, and its :class:`Param` (named after the field) in the field's metadata.
+    ``places``: where besides the public calls it may be set (:data:`PLACES`)."""
+    param = Param("", default, kind, check, parse, error, help=help, places=frozenset(places), **more)
+    return dataclasses.field(default=default, metadata={"param": param})
+
+
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: _is_int(value) and value >= low
 
 
 def _check_stall(stall: float, timeout: float) -> None:
@@ -197,7 +206,9 @@ def output_problem(path, *, directory: bool = False) -> str | None:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """How a world runs (all keyword-only, validated at construction; ``replace`` validates again).
+    """How a world runs (all keyword-only, validated at construction; ``replace`` validates again). Its fields are
+    the settings table: each says its default, what a valid value is, what it means and where it may be set
+    (:data:`PLACES`); the options, marker keys, scenario keywords and ``docs/options.md`` are made from it.
 
     ``timeout`` is the hard wall-clock cap, start-up included; ``stall`` the window without progress after which
     a world whose live ranks all wait on their peers is hung (shorter than ``timeout``); ``startup`` the limit on
@@ -207,16 +218,101 @@ class RunSpec:
     runs on a warm world of the same shape when one is pooled.
     """
 
-    world_size: int = PARAM["world_size"].default
-    timeout: float = PARAM["timeout"].default
-    stall: float = PARAM["stall"].default
-    startup: float = PARAM["startup"].default
-    seed: int = PARAM["seed"].default
-    backend: str = PARAM["backend"].default
-    peer_failure: str = PARAM["peer_failure"].default
-    start_method: str = PARAM["start_method"].default
-    threads: int = PARAM["threads"].default
-    reuse: bool = PARAM["reuse"].default
+    world_size: int = setting(
+        4,
+        "an int >= 1",
+        _int_at_least(1),
+        int,
+        errors.InvalidWorldSize,
+        help="ranks per world",
+        metavar="N",
+        places=(CLI, PYTEST, MARKER, SCENARIO),
+    )
+    timeout: float = setting(
+        60.0,
+        "a positive number of seconds",
+        _is_seconds,
+        float,
+        errors.InvalidTimeout,
+        help="hard wall-clock cap of a world in seconds, start-up included",
+        metavar="SECONDS",
+        places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
+    )
+    stall: float = setting(
+        2.0,
+        "a positive number of seconds",
+        _is_seconds,
+        float,
+        errors.InvalidTimeout,
+        help="seconds without progress, every live rank waiting, after which a world is judged hung",
+        metavar="SECONDS",
+        places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
+    )
+    startup: float = setting(
+        30.0,
+        "a positive number of seconds",
+        _is_seconds,
+        float,
+        errors.InvalidTimeout,
+        help="limit in seconds on a world's start-up (every rank joining the process group), within the timeout",
+        metavar="SECONDS",
+        places=(CLI, PYTEST, MARKER),
+    )
+    seed: int = setting(
+        0,
+        "an int from -2**63 to 2**64-1",
+        lambda v: _is_int(v) and SEEDS[0] <= v <= SEEDS[1],
+        int,
+        help="seed of every rank's random number generators (Python's, torch's, numpy's)",
+        metavar="N",
+        places=(CLI, PYTEST, MARKER, TORCHRUN),
+        pins=True,
+    )
+    backend: str = setting(
+        "gloo",
+        "one of " + ", ".join(BACKENDS),
+        lambda v: v in BACKENDS,
+        str,
+        errors.UnknownBackend,
+        help="gloo (CPU), or nccl: CUDA tensors on NCCL, one GPU per local rank (CPU ones on gloo); local worlds run "
+        "gloo only",
+        metavar="BACKEND",
+        choices=BACKENDS,
+        places=(TORCHRUN,),
+    )
+    peer_failure: str = setting(
+        "exit",
+        "exit or linger",
+        lambda v: v in PEER_FAILURES,
+        str,
+        errors.UnknownPeerFailure,
+        help="what a failed rank does: exit (gloo-native) or linger (NCCL-like: peers hang)",
+        metavar="MODE",
+        choices=PEER_FAILURES,
+        places=(CLI, PYTEST, MARKER, SCENARIO),
+    )
+    start_method: str = setting(
+        "forkserver",
+        "forkserver, spawn or fork",
+        lambda v: v in START_METHODS,
+        str,
+        errors.UnknownStartMethod,
+        help="how rank processes start",
+        metavar="METHOD",
+        choices=START_METHODS,
+        places=(CLI, PYTEST),
+    )
+    threads: int = setting(1, "an int >= 1", _int_at_least(1), int, help="torch threads per rank", metavar="N")
+    reuse: bool = setting(
+        True,
+        "true or false",
+        lambda v: isinstance(v, bool),
+        parse_bool,
+        help="run a fault-free or data-only plan on a pooled warm world of its shape, and pool this one if it stays "
+        "healthy",
+        metavar="BOOL",
+        places=(ENVIRONMENT,),
+    )
 
     def __post_init__(self):
         for param in PARAMS:
@@ -242,6 +338,16 @@ class RunSpec:
         if deadline is None or self.timeout <= deadline:
             return self
         return self.replace(timeout=deadline, stall=min(self.stall, deadline / 2))
+
+
+#: the settings table: every :class:`RunSpec` field's :class:`Param`, in field order
+PARAMS = tuple(dataclasses.replace(f.metadata["param"], name=f.name) for f in dataclasses.fields(RunSpec))
+PARAM = {p.name: p for p in PARAMS}
+
+
+def settable(place: str) -> tuple[Param, ...]:
+    """The settings that may be set at ``place`` (one of :data:`PLACES`), in table order."""
+    return tuple(p for p in PARAMS if place in p.places)
 
 
 class StopReason(str, enum.Enum):

@@ -61,7 +61,7 @@ from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import describe_function
 from ddpfaults.report.document import write_document
 from ddpfaults.scenario import load_module, scenarios_in
-from ddpfaults.spec import RunSpec
+from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, settable
 from ddpfaults.torchrun.process import sever_peer_sockets, tee_stderr
 from ddpfaults.torchrun.store import (
     StoreEventLog,
@@ -88,21 +88,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "has one scenario, the variant if it has none)",
     )
     parser.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default="gloo",
-        help="gloo (CPU), or nccl: CUDA tensors on NCCL, one GPU per local rank (CPU ones on gloo)",
-    )
-    parser.add_argument(
         "--report",
         metavar="PATH.json",
         help="the judge writes the world as a ddpfaults.report/3 document here (on its own node)",
     )
-    parser.add_argument("--stall", type=float, help="stall window in seconds (default: the scenario's, else 2)")
-    parser.add_argument(
-        "--timeout", type=float, help="hard cap in seconds from rank 0's start (default: the scenario's, else 60)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    for param in settable(TORCHRUN):
+        default = f"the scenario's, else {param.text(param.default)}" if SCENARIO in param.places else param.default
+        parser.add_argument(
+            param.option,
+            dest=param.name,
+            type=param.parse if param.parse in (int, float) else None,
+            choices=param.choices or None,
+            metavar=None if param.choices else param.metavar,
+            help=f"{param.help} (default: {default})",
+        )
     parser.add_argument(
         "--shared-dir",
         help="where ctx.shared_dir is made (default: the node's temp dir; give a "
@@ -183,7 +182,7 @@ class CasePlan:
 
 def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
     """The case's settings for this torchrun world (declared values, then the command line)."""
-    declared = case.resolve(RunSpec(world_size=env.world_size, seed=args.seed))
+    declared = case.resolve(RunSpec(world_size=env.world_size))
     if declared.spec.world_size != env.world_size and env.rank == 0:
         print(
             f"ddpfaults: {case.id} declares world_size={declared.spec.world_size}; torchrun started "
@@ -192,7 +191,7 @@ def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
         )
     try:
         faults = check_faults(case.faults, env.world_size)
-        spec = declared.spec.replace(stall=args.stall, timeout=args.timeout, backend=args.backend)
+        spec = declared.spec.replace(**{param.name: getattr(args, param.name) for param in settable(TORCHRUN)})
         spec = dataclasses.replace(spec, world_size=env.world_size)
     except DDPFaultsError as exc:
         raise DDPFaultsError(f"case {case.id} on {env.world_size} ranks: {exc}") from None
@@ -361,7 +360,7 @@ def main(argv=None) -> int:
         env = TorchrunEnv.from_environ()
         case = load_case(args.spec)
         plan = resolve_plan(case, env, args)
-        process_group_backend(args.backend, env)
+        process_group_backend(plan.spec.backend, env)
     except DDPFaultsError as exc:
         if os.environ.get("RANK", "0") == "0":
             print(f"ddpfaults: error: {exc}", file=sys.stderr)
