@@ -71,7 +71,7 @@ def _run(args, script_argv: list[str]):
     """The world ``run`` names: a rank function (``FILE.py:NAME``, ``MODULE:NAME``), a script (``FILE.py``) or a
     module (``-m MODULE``) run as torchrun would."""
     faults = _parse_faults(args.faults)
-    RunSpec(**{name: value for name, value in _settings(args).items() if value is not None})  # refused before torch
+    spec = RunSpec(**_settings(args))  # refused before torch is imported
     if args.module or (args.target and ":" not in args.target):
         if args.kwargs:
             raise DDPFaultsError("--kwargs is for rank functions (FILE.py:NAME); give a script's arguments after --")
@@ -81,10 +81,11 @@ def _run(args, script_argv: list[str]):
             args.target,
             script_argv,
             module=args.module,
+            world_size=spec.world_size,
             faults=faults,
             step_clock=args.step_clock,
+            spec=spec,
             require_faults_fire=False,  # main checks it, naming --allow-unfired
-            **_settings(args),
         )
     if not args.target:
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
@@ -95,10 +96,11 @@ def _run(args, script_argv: list[str]):
 
     return run_world(
         fn,
+        world_size=spec.world_size,
         faults=faults,
         kwargs=kwargs,
+        spec=spec,
         require_faults_fire=False,  # main checks it, naming --allow-unfired
-        **_settings(args),
     )
 
 
@@ -223,7 +225,9 @@ def main(argv=None) -> int:
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
-            return _report(run_world(train, faults=plan, **_settings(args)), args, Expect.parse("hung"))
+            spec = RunSpec(**_settings(args))
+            result = run_world(train, world_size=spec.world_size, faults=plan, spec=spec)
+            return _report(result, args, Expect.parse("hung"))
         expect = _expect(args.expect)
         result = _run(args, script_argv)
         code = _report(result, args, expect)

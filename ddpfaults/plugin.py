@@ -153,17 +153,18 @@ def _flight_dir(item, index: int = 0) -> str | None:
     return os.path.join(str(item.config.invocation_params.dir), root, name)
 
 
-def _replay(item, seed: int) -> str:
-    """``pytest -p ddpfaults 'path::id' --ddpfaults-seed=N`` plus any world option given on the command line."""
+def _replay(item, result) -> str:
+    """``pytest -p ddpfaults 'path::id' --ddpfaults-seed=N`` (the world's pinning settings, as it ran) plus every
+    other run option given on the command line or in the environment."""
+    from ddpfaults.replay import PYTEST_OPTION, replay_line
+    from ddpfaults.spec import PYTEST, settable
+
     path = os.path.relpath(item.path, item.config.invocation_params.dir)
     node = path + item.nodeid[item.nodeid.index("::") :] if "::" in item.nodeid else path
     settings = item.config.stash[SETTINGS]
-    extra = [
-        f"{ddps.BY_NAME[n].cli}={getattr(settings, n)}"
-        for n in ("world_size", "timeout", "stall", "peer_failure", "start_method")
-        if settings.source(n) != "default" and not settings.source(n).startswith("ini")
-    ]
-    return " ".join(["pytest -p ddpfaults", shlex.quote(node), f"--ddpfaults-seed={seed}", *extra])
+    given = {p.name: getattr(result.spec, p.name) for p in settable(PYTEST) if p.pins}
+    given.update({p.name: getattr(settings.spec, p.name) for p in settable(PYTEST) if settings.given(p.name)})
+    return replay_line(["pytest -p ddpfaults", shlex.quote(node)], given, style=PYTEST_OPTION)
 
 
 def _check(item, result, expect, *, require_fired: bool = False) -> None:
@@ -171,7 +172,7 @@ def _check(item, result, expect, *, require_fired: bool = False) -> None:
     none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
     from ddpfaults.expect import Expectation, unfired_mismatches
 
-    result.replay = _replay(item, result.seed)
+    result.replay = _replay(item, result)
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     if expectation is None and require_fired:
@@ -198,7 +199,7 @@ def _check(item, result, expect, *, require_fired: bool = False) -> None:
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
     """The world's report as (first screen, with the replay line; [(section title, text)])."""
-    from ddpfaults.judge.results import report_parts
+    from ddpfaults.judge.render import report_parts
 
     head, sections = report_parts(result)
     if result.replay and result.replay not in head:

@@ -30,19 +30,23 @@ from ddpfaults.expect import Expect
 from ddpfaults.faults import check_faults
 from ddpfaults.faults.base import check_plan
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.spec import SCENARIO, RunSpec, check_arguments, check_call, check_declared, settable
+from ddpfaults.spec import (
+    SCENARIO,
+    RunSpec,
+    check_arguments,
+    check_call,
+    check_declared,
+    settable,
+    settings_given,
+)
 
 ATTRIBUTE = "__ddpfaults_scenario__"
 SETTINGS = tuple(p.name for p in settable(SCENARIO))  # the run settings a scenario or variant may declare
 
 
 def _settings(call: str, given: dict) -> dict:
-    """The run settings a declaration gives (None: not declared); a TypeError, as Python words it, for a keyword
-    that is no setting a scenario may declare."""
-    for name in given:
-        if name not in SETTINGS:
-            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
-    return {name: value for name, value in given.items() if value is not None}
+    """The run settings a declaration gives (None: not declared), once each is one a scenario may declare."""
+    return settings_given(call, given, SETTINGS)
 
 
 @dataclass(frozen=True)

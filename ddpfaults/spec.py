@@ -108,6 +108,11 @@ class Param:
         return "--" + self.name.replace("_", "-")
 
     @property
+    def pytest_option(self) -> str:
+        """Its pytest plugin option, e.g. ``--ddpfaults-world-size`` (the ini key and environment variable alike)."""
+        return "--ddpfaults-" + self.name.replace("_", "-")
+
+    @property
     def env(self) -> str:
         """Its environment variable, e.g. ``DDPFAULTS_WORLD_SIZE``."""
         return "DDPFAULTS_" + self.name.upper()
@@ -329,6 +334,18 @@ class RunSpec:
         """``startup`` when it is not the default (a replay line names it then), else None."""
         return None if self.startup == PARAM["startup"].default else self.startup
 
+    @classmethod
+    def of(cls, spec: RunSpec | None = None, environ: Mapping[str, str] = os.environ, **given) -> RunSpec:
+        """The spec a public call runs with: ``spec`` (None: the defaults) with the settings ``given`` (None: not
+        given); a setting of the :data:`ENVIRONMENT` place not given is read from its ``DDPFAULTS_NAME`` in
+        ``environ`` when set there. A :class:`~ddpfaults.errors.ConfigError` for a ``spec`` that is no RunSpec."""
+        if spec is not None and not isinstance(spec, RunSpec):
+            raise errors.ConfigError(f"spec must be a ddpfaults.RunSpec, got {spec!r}")
+        for param in settable(ENVIRONMENT):
+            if given.get(param.name) is None and environ.get(param.env, "").strip():
+                given[param.name] = param.from_text(environ[param.env], param.env)
+        return (spec or cls()).replace(**given)
+
     def replace(self, **changes) -> RunSpec:
         """A copy with ``changes`` (None values are ignored), validated."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -348,6 +365,15 @@ PARAM = {p.name: p for p in PARAMS}
 def settable(place: str) -> tuple[Param, ...]:
     """The settings that may be set at ``place`` (one of :data:`PLACES`), in table order."""
     return tuple(p for p in PARAMS if place in p.places)
+
+
+def settings_given(call: str, given: Mapping, allowed=None) -> dict:
+    """The run settings a call was given as keywords (None: not given), once each is a setting ``call`` takes
+    (``allowed``: names; default every setting); a TypeError for another, as Python words it."""
+    for name in given:
+        if name not in (PARAM if allowed is None else allowed):
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+    return {name: value for name, value in given.items() if value is not None}
 
 
 class StopReason(str, enum.Enum):

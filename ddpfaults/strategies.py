@@ -33,6 +33,8 @@ from hypothesis.strategies import SearchStrategy
 from ddpfaults import faults as _faults
 from ddpfaults.faults import EmptyBatch, Fault, FaultError
 from ddpfaults.faults.base import as_plan, check_plan, conflict
+from ddpfaults.faults.plan import parse_plan
+from ddpfaults.replay import CALL, replay_line
 
 __all__ = [
     "FaultPlan",
@@ -303,10 +305,8 @@ def replay_command(fn, plan: Iterable[Fault], **world) -> str:
     their values must have a ``repr`` that rebuilds them (ints, floats, strings, dicts, tuples).
     """
     plan = plan if isinstance(plan, FaultPlan) else FaultPlan(plan)
-    args = ", ".join(
-        [repr(_function_spec(fn)), f"faults={plan.faults_text()!r}", *(f"{k}={v!r}" for k, v in world.items())]
-    )
-    return f"python -c {shlex.quote(f'from ddpfaults.strategies import replay; replay({args})')}"
+    call = replay_line(["replay", repr(_function_spec(fn)), f"faults={plan.faults_text()!r}"], world, style=CALL)
+    return f"python -c {shlex.quote(f'from ddpfaults.strategies import replay; {call}')}"
 
 
 def replay(spec: str, *, faults: str = "[]", **world):
@@ -315,7 +315,7 @@ def replay(spec: str, *, faults: str = "[]", **world):
     from ddpfaults.errors import FaultNeverFired
     from ddpfaults.scenario import load_function
 
-    plan = FaultPlan(eval(faults, plan_namespace()))  # noqa: S307 - the text is a plan's own repr
+    plan = FaultPlan(parse_plan(faults))
     try:
         result = run_world(load_function(spec), faults=plan, **world)
     except FaultNeverFired as exc:

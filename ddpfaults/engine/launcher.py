@@ -22,7 +22,7 @@ from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job
-from ddpfaults.spec import PARAM, RunSpec, StopReason, check_call, output_problem
+from ddpfaults.spec import RunSpec, StopReason, check_call, output_problem, settings_given
 
 STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
 
@@ -34,23 +34,16 @@ def run_world(
     faults=(),
     args=(),
     kwargs=None,
-    timeout: float | None = None,
-    stall: float | None = None,
-    startup: float | None = None,
-    seed: int | None = None,
-    backend: str | None = None,
-    peer_failure: str | None = None,
-    start_method: str | None = None,
-    threads: int | None = None,
-    reuse: bool | None = None,
     spec: RunSpec | None = None,
     flight_recorder_dir: str | os.PathLike | None = None,
     require_faults_fire: bool = True,
+    **settings,
 ) -> WorldResult:
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
-    Settings left out (None) come from ``spec``, else the :class:`~ddpfaults.spec.RunSpec` defaults (timeout
-    60 s, stall 2 s, start-up 30 s, seed 0, gloo, peer_failure exit, forkserver, 1 thread). ``timeout`` is the
+    ``settings`` are keywords naming fields of :class:`~ddpfaults.spec.RunSpec` (``docs/options.md``); those left
+    out (or None) come from ``spec``, else the defaults (timeout 60 s, stall 2 s, start-up 30 s, seed 0, gloo,
+    peer_failure exit, forkserver, 1 thread). ``timeout`` is the
     hard wall-clock cap, start-up included; ``stall`` the window without progress after which a world whose live
     ranks all wait on their peers is judged hung; ``startup`` the limit on start-up (the fork server importing
     torch, the ranks starting and joining the process group), within ``timeout``: a rendezvous still in progress
@@ -66,21 +59,7 @@ def run_world(
     result's ``unfired`` lists every fault that never fired. A fault whose ranks all raised, died or stalled
     first is not an error. ``require_faults_fire=False`` returns the result instead.
     """
-    if reuse is None and os.environ.get("DDPFAULTS_REUSE", "").strip():
-        reuse = PARAM["reuse"].from_text(os.environ["DDPFAULTS_REUSE"], "DDPFAULTS_REUSE")
-    spec = local_spec(
-        spec,
-        world_size,
-        timeout=timeout,
-        stall=stall,
-        startup=startup,
-        seed=seed,
-        backend=backend,
-        threads=threads,
-        peer_failure=peer_failure,
-        start_method=start_method,
-        reuse=reuse,
-    )
+    spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
     faults = check_faults(faults, spec.world_size)
     if spec.reuse and pool.pooled(pool.world_key(spec)) and not pool.data_only(faults):
         capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
@@ -99,12 +78,9 @@ def run_world(
     return result
 
 
-def local_spec(spec: RunSpec | None, world_size: int, **settings) -> RunSpec:
-    """``spec`` (else the defaults) with the given settings (None: unset) and ``world_size`` (required), validated
-    for a world on this machine (gloo)."""
-    if spec is not None and not isinstance(spec, RunSpec):
-        raise errors.ConfigError(f"spec must be a ddpfaults.RunSpec, got {spec!r}")
-    spec = dataclasses.replace((spec or RunSpec()).replace(**settings), world_size=world_size)
+def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
+    """``spec`` with ``world_size`` (required), validated for a world on this machine (gloo)."""
+    spec = dataclasses.replace(spec, world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
     if not (spec.reuse and pool.pooled(pool.world_key(spec))):  # a pooled world is already held
@@ -190,7 +166,6 @@ class LocalWorld(loop.Observer):
                 self,
                 self.spec,
                 reason,
-                start_method=self.spec.start_method,
                 plan=self.faults,
                 function=self.work.function,
                 warm=self.warm,
@@ -240,8 +215,7 @@ class LocalWorld(loop.Observer):
         job = Job(
             job_dir=self.dir,
             shared_dir=shared,
-            seed=spec.seed,
-            peer_failure=spec.peer_failure,
+            spec=spec,
             payload=self.work.payload,
             fn_module=self.work.module,
             fn_file=self.work.file,

@@ -21,9 +21,10 @@ from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
-from ddpfaults.judge.results import WorldResult, startup_option
+from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
-from ddpfaults.spec import RunSpec
+from ddpfaults.replay import faults_option, run_command
+from ddpfaults.spec import PARAM, RunSpec, settings_given
 
 _RUNS = itertools.count()
 
@@ -36,17 +37,11 @@ def run_script(
     world_size: int,
     faults=(),
     step_clock: str = seams.OPTIMIZER,
-    timeout: float | None = None,
-    stall: float | None = None,
-    startup: float | None = None,
-    seed: int | None = None,
-    peer_failure: str | None = None,
-    start_method: str | None = None,
-    threads: int | None = None,
     spec: RunSpec | None = None,
     cwd: str | os.PathLike | None = None,
     flight_recorder_dir: str | os.PathLike | None = None,
     require_faults_fire: bool = True,
+    **settings,
 ) -> WorldResult:
     """Run the script at ``path`` (as ``__main__``), or ``module`` (as ``python -m``), with ``argv`` on
     ``world_size`` ranks, as torchrun's workers, and judge the world; returns the same :class:`WorldResult`
@@ -56,23 +51,13 @@ def run_script(
     ``step_clock`` counts the steps step-keyed faults use: ``"optimizer"`` (step n+1 starts when the n-th
     optimizer step returns; step 0 when the process group is up) or ``"dataloader"`` (step n is the n-th batch
     a DataLoader yields on the rank). ``cwd`` is the ranks' working directory (default: this process's).
-    Other settings as for ``run_world``, except that script worlds are never reused. As there, a fault that
-    never fires although a rank it targets ran the script to its end raises
+    Other settings as for ``run_world``, except that script worlds are never reused (no ``reuse``). As there, a
+    fault that never fires although a rank it targets ran the script to its end raises
     :class:`~ddpfaults.errors.FaultNeverFired` carrying the result, unless ``require_faults_fire=False``.
     """
     target = _target(path, argv, module, step_clock, cwd)
-    spec = local_spec(
-        spec,
-        world_size,
-        timeout=timeout,
-        stall=stall,
-        startup=startup,
-        seed=seed,
-        peer_failure=peer_failure,
-        start_method=start_method,
-        threads=threads,
-        reuse=False,
-    )
+    given = settings_given("run_script", settings, [name for name in PARAM if name != "reuse"])
+    spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
     faults = check_faults(faults, spec.world_size)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     import torch.distributed as dist
@@ -137,11 +122,5 @@ def _module_exists(module: str, cwd: str) -> bool:
 def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple) -> str:
     """The command that reruns this script world with the same seed, faults and settings."""
     what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(os.path.relpath(target.path))
-    plan = f" --faults {shlex.quote('[' + ', '.join(map(repr, faults)) + ']')}" if faults else ""
-    argv = f" -- {shlex.join(target.argv)}" if target.argv else ""
-    return (
-        f"python -m ddpfaults run {what} --world-size {spec.world_size} --seed {spec.seed} "
-        f"--timeout {spec.timeout:g} --stall {spec.stall:g} {startup_option(spec.custom_startup)}"
-        f"--peer-failure {spec.peer_failure} "
-        f"--step-clock {target.clock}{plan}{argv}"
-    )
+    argv = ["--", shlex.join(target.argv)] if target.argv else []
+    return run_command(what, spec, ["--step-clock", target.clock, *faults_option(faults), *argv])

@@ -20,7 +20,8 @@ import collections
 import dataclasses
 from dataclasses import dataclass
 
-from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState, format_ranks
+from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState
 
 
 @dataclass(frozen=True)

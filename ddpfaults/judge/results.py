@@ -1,17 +1,19 @@
-"""Results are data: plain, serialisable objects describing a world and each of its ranks."""
+"""Results are data: plain, serialisable objects describing a world and each of its ranks (their text is
+:mod:`ddpfaults.judge.render`'s)."""
 
 from __future__ import annotations
 
 import enum
 import json
 import os
-import re
-import shlex
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any
 
+from ddpfaults.errors import ConfigError
 from ddpfaults.events import SITELESS_MAKERS
+from ddpfaults.judge.render import format_ranks, render_world
+from ddpfaults.spec import RunSpec
 
 
 class Outcome(str, enum.Enum):
@@ -137,20 +139,6 @@ class UnfiredFault:
         return f"{self.fault} never fired (no rank it targets finished its function: they raised, died or stalled)"
 
 
-def format_ranks(ranks) -> str:
-    """``rank 2`` / ``ranks 0, 1, 3`` / ``ranks 0-8, 10-15`` (runs of three or more collapsed)."""
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    runs, start = [], 0
-    for i in range(1, len(ranks) + 1):
-        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
-            run = ranks[start:i]
-            runs += [f"{run[0]}-{run[-1]}"] if len(run) > 2 else [str(r) for r in run]
-            start = i
-    return "ranks " + ", ".join(runs)
-
-
 @dataclass(frozen=True)
 class DivergenceGroup:
     """Ranks that agree at the divergent position: they all made ``call``, or (``call`` None) made none there,
@@ -269,9 +257,16 @@ class RankResult:
         return cls(**kwargs)
 
 
+#: the run settings a report document gives as fields of the world, flat, in its order (``startup`` only when not
+#: the default); a :class:`WorldResult` takes them as keywords too, and reads them from its ``spec``
+SPEC_FIELDS = ("world_size", "seed", "backend", "peer_failure", "start_method", "stall", "timeout", "startup")
+
+
 @dataclass
 class WorldResult:
-    """What a world did: its verdict, why, and every rank's result in rank order."""
+    """What a world did: its verdict, why, and every rank's result in rank order; ``spec`` is the run spec it ran
+    with (:data:`SPEC_FIELDS` given instead make it), ``launcher`` who started its ranks (``"torchrun"``: torchrun's
+    agent, whatever the spec's ``start_method``)."""
 
     outcome: Outcome
     ranks: list[RankResult]
@@ -279,14 +274,16 @@ class WorldResult:
     root_rank: int | None
     reason: str  # how the verdict was reached
     elapsed: float
-    world_size: int
-    seed: int
-    backend: str = "gloo"
-    peer_failure: str = "exit"
-    start_method: str = "forkserver"
-    stall: float = 0.0
-    timeout: float = 0.0
-    startup: float | None = None  # the start-up limit, when not the default
+    world_size: InitVar[int | None] = None
+    seed: InitVar[int | None] = None
+    backend: InitVar[str | None] = None
+    peer_failure: InitVar[str | None] = None
+    start_method: InitVar[str | None] = None
+    stall: InitVar[float | None] = None
+    timeout: InitVar[float | None] = None
+    startup: InitVar[float | None] = None
+    spec: RunSpec | None = None
+    launcher: str = "local"
     divergence: Divergence | None = None
     faults: list[str] = field(default_factory=list)
     fired: list[FiredFault] = field(default_factory=list)
@@ -300,14 +297,27 @@ class WorldResult:
     warm: bool = False  # ran on a warm (reused) world
     reused: bool = False  # went back to the pool for the next run
 
+    def __post_init__(self, *given):
+        values = dict(zip(SPEC_FIELDS, given, strict=True))
+        if values["start_method"] == "torchrun":
+            self.launcher, values["start_method"] = "torchrun", None
+        if self.spec is None:
+            self.spec = _spec_of(values)
+        elif any(value is not None for value in values.values()):
+            raise TypeError("WorldResult: give the run settings as spec=, or as fields, not both")
+
     @property
     def values(self) -> list:
         """Each rank's return value, in rank order."""
         return [r.value for r in self.ranks]
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of the whole world."""
+        """A JSON-ready dict of the whole world (its spec's settings as fields of it, :data:`SPEC_FIELDS`)."""
         data = asdict(self)
+        flat = {name: getattr(self, name) for name in SPEC_FIELDS}
+        del data["spec"], data["launcher"]
+        head = list(data)[:6]  # outcome ... elapsed, then the settings, as the document has always had them
+        data = {**{k: data[k] for k in head}, **flat, **{k: v for k, v in data.items() if k not in head}}
         data["outcome"] = str(self.outcome)
         data["ranks"] = [r.to_dict() for r in self.ranks]
         data["divergence"] = json.loads(json.dumps(data["divergence"]))  # tuples as JSON lists
@@ -320,7 +330,7 @@ class WorldResult:
     @classmethod
     def from_dict(cls, data: dict) -> WorldResult:
         """Inverse of :meth:`to_dict`."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} | set(SPEC_FIELDS)
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["outcome"] = Outcome(kwargs["outcome"])
         kwargs["ranks"] = [RankResult.from_dict(r) for r in kwargs["ranks"]]
@@ -332,11 +342,48 @@ class WorldResult:
         return cls(**kwargs)
 
     def report(self, *, output_lines: int = 15) -> str:
-        """The human-readable report: verdict, per-rank table, root cause, stacks, output tails."""
+        """The human-readable report: verdict, per-rank table, root cause, stacks, output tails
+        (:func:`~ddpfaults.judge.render.render_world`)."""
         return render_world(self, output_lines=output_lines)
 
     def __str__(self) -> str:
         return self.report()
+
+
+def _world_setting(name: str):
+    def read(world: WorldResult):
+        if name == "start_method" and world.launcher == "torchrun":
+            return "torchrun"
+        return world.spec.custom_startup if name == "startup" else getattr(world.spec, name)
+
+    read.__doc__ = f"The spec's ``{name}``, as the report document gives it."
+    return property(read)
+
+
+for _name in SPEC_FIELDS:  # the settings the document gives flat, read from the spec (after the dataclass is made)
+    setattr(WorldResult, _name, _world_setting(_name))
+
+
+def _spec_of(values: dict) -> RunSpec:
+    """The run spec a world's flat settings make (None: the default); a document's value that no spec could hold
+    (a stall of 0 written by hand) is left to the default."""
+    values = {k: v for k, v in values.items() if v is not None}
+    try:
+        return RunSpec(**values)
+    except (ConfigError, TypeError):
+        valid = {k: v for k, v in values.items() if _valid(k, v)}
+        try:
+            return RunSpec(**valid)
+        except ConfigError:  # valid alone, not together (a stall not below the timeout)
+            return RunSpec(**{k: v for k, v in valid.items() if k not in ("stall", "timeout")})
+
+
+def _valid(name: str, value) -> bool:
+    try:
+        RunSpec(**{name: value})
+    except (ConfigError, TypeError):
+        return False
+    return True
 
 
 def describe_function(fn) -> str:
@@ -348,97 +395,3 @@ def describe_function(fn) -> str:
         rel = os.path.relpath(path)
         return f"{path if rel.startswith('..') else rel}:{name}"
     return f"{getattr(fn, '__module__', '?')}:{name}"
-
-
-# -- the human-readable rendering -------------------------------------------------------------
-
-_GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
-
-
-def _cell(text, width: int) -> str:
-    text = _GLOO_PREFIX.sub("", "" if text is None else str(text))
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def rank_table(ranks: list[RankResult]) -> str:
-    """One line per rank: outcome, state, last step, where it stood, its error."""
-    header = f"{'rank':>4}  {'outcome':<9}  {'state':<8}  {'step':>4}  {'where':<58}  error"
-    lines = [header, "-" * len(header)]
-    for r in ranks:
-        error = r.error
-        if error and r.collateral:
-            error = f"(collateral) {error}"
-        step = "-" if r.last_step is None else r.last_step
-        lines.append(
-            f"{r.rank:>4}  {str(r.outcome):<9}  {str(r.state):<8}  {step:>4}  {_cell(r.where or r.site, 58):<58}  "
-            f"{_cell(error, 110)}"
-        )
-    return "\n".join(lines)
-
-
-def replay_line(world: WorldResult) -> str:
-    """The one-line command that reruns this world with the same seed and faults."""
-    if world.replay:
-        return world.replay
-    faults = f" --faults {shlex.quote('[' + ', '.join(world.faults) + ']')}" if world.faults else ""
-    faults += f" --kwargs {shlex.quote(world.kwargs)}" if world.kwargs else ""
-    return (
-        f"python -m ddpfaults run {shlex.quote(world.function)} --world-size {world.world_size} "
-        f"--seed {world.seed} --timeout {world.timeout:g} --stall {world.stall:g} "
-        f"{startup_option(world.startup)}--peer-failure {world.peer_failure}{faults}"
-    )
-
-
-def startup_option(startup: float | None) -> str:
-    """``--startup S `` for a replay line, when the start-up limit was not the default."""
-    return f"--startup {startup:g} " if startup is not None else ""
-
-
-def _grouped_stacks(ranks: list[RankResult]) -> list[tuple[list[int], str, str]]:
-    """Stacks of ranks that did not finish (for ranks that raised: taken when a peer's failure was first seen),
-    identical ones (thread ids aside) shown once for all."""
-    groups: dict = {}
-    for r in ranks:
-        if r.stack and r.state in (RankState.BLOCKED, RankState.RUNNING, RankState.DIED, RankState.RAISED):
-            body = "\n".join(line for line in r.stack.splitlines() if "thread 0x" not in line.lower())
-            groups.setdefault((str(r.state), body), []).append(r.rank)
-    return [(members, state, body) for (state, body), members in groups.items()]
-
-
-def report_parts(world: WorldResult, *, output_lines: int = 15) -> tuple[str, list[tuple[str, str]]]:
-    """The report as data: its first screen (verdict, root cause, first divergence, per-rank table, faults,
-    replay) and its sections ``(title, text)``: stacks, root tracebacks, output tails."""
-    out = [
-        f"ddpfaults: {world.world_size}-rank {world.backend} world {str(world.outcome).upper()} "
-        f"in {world.elapsed:.2f} s ({world.reason})",
-        f"function: {world.function}   seed: {world.seed}   peer_failure: {world.peer_failure}"
-        + (f"   steps counted by: {world.step_clock}" if world.step_clock != "ctx.step" else ""),
-        f"root cause: {world.root_cause}",
-    ]
-    if world.divergence:
-        out.append(f"first divergent {world.divergence.describe()}")
-    out += ["", rank_table(world.ranks), ""]
-    if world.faults:
-        out.append("faults: " + ", ".join(world.faults))
-        out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
-        out += [f"  - {unfired.describe()}" for unfired in world.unfired]
-    if world.outcome != "completed":
-        out.append(f"replay: {replay_line(world)}")
-    sections = [
-        (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)
-        for ranks, state, stack in _grouped_stacks(world.ranks)
-    ]
-    sections += [
-        (f"rank {r.rank} traceback", r.traceback.rstrip()) for r in world.ranks if r.traceback and not r.collateral
-    ]
-    for r in world.ranks:
-        tail = r.output.splitlines()[-output_lines:] if output_lines else []
-        if tail and (r.state != RankState.FINISHED or world.outcome != "completed"):
-            sections.append((f"rank {r.rank} output (last {len(tail)} lines)", "\n".join(tail)))
-    return "\n".join(out).rstrip("\n"), sections
-
-
-def render_world(world: WorldResult, *, output_lines: int = 15) -> str:
-    """Verdict, root cause, first divergence, per-rank table, faults, replay, then stacks and outputs."""
-    head, sections = report_parts(world, output_lines=output_lines)
-    return "\n".join([head, *(f"\n--- {title} ---\n{text}" for title, text in sections)])

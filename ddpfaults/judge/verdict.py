@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from ddpfaults.judge.attribution import Evidence
+from ddpfaults.judge.render import format_ranks
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
     Collective,
@@ -17,7 +18,6 @@ from ddpfaults.judge.results import (
     RankResult,
     RankState,
     UnfiredFault,
-    format_ranks,
 )
 from ddpfaults.spec import StopReason
 

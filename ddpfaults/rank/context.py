@@ -20,6 +20,7 @@ from ddpfaults import events
 from ddpfaults.faults import Fault
 from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
 from ddpfaults.rank import checkpoint, memory
+from ddpfaults.spec import RunSpec
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
 TRACED_STORE_WAITS = ("wait", "get")
@@ -95,7 +96,8 @@ class RankContext:
 
     ``rank``, ``world_size``, ``seed``, ``shared_dir`` (a directory all ranks of this
     world share, removed afterwards), ``device`` (always CPU here), ``step(i)`` (the
-    progress heartbeat and the clock faults use), ``fault(kind)`` and ``ddp(model)``.
+    progress heartbeat and the clock faults use), ``fault(kind)`` and ``ddp(model)``; ``spec`` is the world's
+    :class:`~ddpfaults.spec.RunSpec` (``world_size``, ``seed``, ``backend`` and ``peer_failure`` are its).
     ``clock`` is who announces steps: None (the function calls ``step``), ``"optimizer"`` or
     ``"dataloader"`` (a script world's seams, :mod:`ddpfaults.rank.seams`).
     """
@@ -104,21 +106,19 @@ class RankContext:
         self,
         *,
         rank: int,
-        world_size: int,
-        seed: int,
+        spec: RunSpec,
         shared_dir: str,
-        backend: str,
-        peer_failure: str,
         faults: tuple,
         events: EventLog,
         clock: str | None = None,
     ):
         self.rank = rank
-        self.world_size = world_size
-        self.seed = seed
+        self.spec = spec
+        self.world_size = spec.world_size
+        self.seed = spec.seed
         self.shared_dir = shared_dir
-        self.backend = backend
-        self.peer_failure = peer_failure
+        self.backend = spec.backend
+        self.peer_failure = spec.peer_failure
         self.device = torch.device("cpu")
         self.faults = tuple(faults)
         self.current_step: int | None = None

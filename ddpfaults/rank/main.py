@@ -35,6 +35,7 @@ from ddpfaults.faults import batches
 from ddpfaults.rank import context, flight, forkserver, seams, tree
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
+from ddpfaults.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ class Job:
 
     job_dir: str
     shared_dir: str
-    seed: int
-    peer_failure: str
+    spec: RunSpec
     payload: bytes  # pickle of (fn, args, kwargs): unpickled only after tracing is installed
     fn_module: str
     fn_file: str | None
@@ -223,16 +223,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         _write_result(result_path, result)
 
     torch.set_num_threads(config.threads)
-    ctx = RankContext(
-        rank=r,
-        world_size=config.world_size,
-        seed=job.seed,
-        shared_dir=job.shared_dir,
-        backend=config.backend,
-        peer_failure=job.peer_failure,
-        faults=job.faults,
-        events=events,
-    )
+    ctx = RankContext(rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events)
     result_path = os.path.join(job.job_dir, f"rank{r}.result")
 
     def init_process_group():
@@ -261,7 +252,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         leftovers=left_behind,
     )
     if result["error"] is not None:
-        if job.peer_failure == "exit":
+        if job.spec.peer_failure == "exit":
             os._exit(1)
         _linger()
     if job.script:

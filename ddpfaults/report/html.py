@@ -236,7 +236,7 @@ def _facts(w: dict) -> str:
     ]
     if w.get("outcome") != "completed":
         try:
-            from ddpfaults.judge.results import replay_line
+            from ddpfaults.judge.render import replay_line
 
             rows.append(("replay", replay_line(WorldResult.from_dict(w))))
         except (KeyError, TypeError, ValueError):

@@ -274,7 +274,7 @@ def judge_store_world(store, *, spec: RunSpec, t0_wall: float, holds_seat, **abo
     world = StoreWorld(store, spec=spec, t0_wall=t0_wall, holds_seat=holds_seat)
     try:
         reason = loop.watch(world, spec)
-        return loop.judge(world, spec, reason, start_method="torchrun", **about)
+        return loop.judge(world, spec, reason, launcher="torchrun", **about)
     except SeatLost:
         return None
 

@@ -59,6 +59,7 @@ from ddpfaults.errors import DDPFaultsError
 from ddpfaults.expect import Expectation
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import describe_function
+from ddpfaults.replay import replay_line, settings_of
 from ddpfaults.report.document import write_document
 from ddpfaults.scenario import load_module, scenarios_in
 from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, settable
@@ -208,8 +209,7 @@ def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
         kwargs=declared.kwargs,
         argv=declared.argv,
         function=describe_function(case.scenario.fn) if case.scenario.fn else os.path.relpath(case.scenario.script),
-        replay=f"{launcher} -m ddpfaults.launch {shlex.quote(args.spec)} --backend {spec.backend} "
-        f"--seed {spec.seed} --stall {spec.stall:g} --timeout {spec.timeout:g}",
+        replay=replay_line([launcher, "-m ddpfaults.launch", shlex.quote(args.spec)], settings_of(spec, TORCHRUN)),
     )
 
 
@@ -296,16 +296,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
 
     spec = plan.spec
     pg_backend = process_group_backend(spec.backend, env)
-    ctx = RankContext(
-        rank=env.rank,
-        world_size=env.world_size,
-        seed=spec.seed,
-        shared_dir=shared_dir,
-        backend=spec.backend,
-        peer_failure=spec.peer_failure,
-        faults=plan.faults,
-        events=events,
-    )
+    ctx = RankContext(rank=env.rank, spec=spec, shared_dir=shared_dir, faults=plan.faults, events=events)
     if spec.backend == "nccl":
         torch.cuda.set_device(env.local_rank)
         ctx.device = torch.device("cuda", env.local_rank)

@@ -1,0 +1,108 @@
+"""A world's result as text: the report a terminal, a test failure and ``python -m ddpfaults run`` print.
+
+It reads the result types of :mod:`ddpfaults.judge.results` (a :class:`~ddpfaults.judge.results.WorldResult` and its
+ranks) by their fields and imports nothing of them: the results module renders through this one.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from ddpfaults.replay import faults_option, run_command
+
+
+def format_ranks(ranks) -> str:
+    """``rank 2`` / ``ranks 0, 1, 3`` / ``ranks 0-8, 10-15`` (runs of three or more collapsed)."""
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    runs, start = [], 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
+            run = ranks[start:i]
+            runs += [f"{run[0]}-{run[-1]}"] if len(run) > 2 else [str(r) for r in run]
+            start = i
+    return "ranks " + ", ".join(runs)
+
+
+_GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
+
+
+def _cell(text, width: int) -> str:
+    text = _GLOO_PREFIX.sub("", "" if text is None else str(text))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def rank_table(ranks: list) -> str:
+    """One line per rank: outcome, state, last step, where it stood, its error."""
+    header = f"{'rank':>4}  {'outcome':<9}  {'state':<8}  {'step':>4}  {'where':<58}  error"
+    lines = [header, "-" * len(header)]
+    for r in ranks:
+        error = r.error
+        if error and r.collateral:
+            error = f"(collateral) {error}"
+        step = "-" if r.last_step is None else r.last_step
+        lines.append(
+            f"{r.rank:>4}  {str(r.outcome):<9}  {str(r.state):<8}  {step:>4}  {_cell(r.where or r.site, 58):<58}  "
+            f"{_cell(error, 110)}"
+        )
+    return "\n".join(lines)
+
+
+def replay_line(world) -> str:
+    """The one-line command that reruns this world with the same seed and faults."""
+    if world.replay:
+        return world.replay
+    kwargs = ["--kwargs", shlex.quote(world.kwargs)] if world.kwargs else []
+    return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
+
+
+def _grouped_stacks(ranks: list) -> list[tuple[list[int], str, str]]:
+    """Stacks of ranks that did not finish (for ranks that raised: taken when a peer's failure was first seen),
+    identical ones (thread ids aside) shown once for all."""
+    groups: dict = {}
+    for r in ranks:
+        if r.stack and r.state in ("blocked", "running", "died", "raised"):
+            body = "\n".join(line for line in r.stack.splitlines() if "thread 0x" not in line.lower())
+            groups.setdefault((str(r.state), body), []).append(r.rank)
+    return [(members, state, body) for (state, body), members in groups.items()]
+
+
+def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str, str]]]:
+    """The report as data: its first screen (verdict, root cause, first divergence, per-rank table, faults,
+    replay) and its sections ``(title, text)``: stacks, root tracebacks, output tails."""
+    out = [
+        f"ddpfaults: {world.world_size}-rank {world.backend} world {str(world.outcome).upper()} "
+        f"in {world.elapsed:.2f} s ({world.reason})",
+        f"function: {world.function}   seed: {world.seed}   peer_failure: {world.peer_failure}"
+        + (f"   steps counted by: {world.step_clock}" if world.step_clock != "ctx.step" else ""),
+        f"root cause: {world.root_cause}",
+    ]
+    if world.divergence:
+        out.append(f"first divergent {world.divergence.describe()}")
+    out += ["", rank_table(world.ranks), ""]
+    if world.faults:
+        out.append("faults: " + ", ".join(world.faults))
+        out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
+        out += [f"  - {unfired.describe()}" for unfired in world.unfired]
+    if world.outcome != "completed":
+        out.append(f"replay: {replay_line(world)}")
+    sections = [
+        (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)
+        for ranks, state, stack in _grouped_stacks(world.ranks)
+    ]
+    sections += [
+        (f"rank {r.rank} traceback", r.traceback.rstrip()) for r in world.ranks if r.traceback and not r.collateral
+    ]
+    for r in world.ranks:
+        tail = r.output.splitlines()[-output_lines:] if output_lines else []
+        if tail and (r.state != "finished" or world.outcome != "completed"):
+            sections.append((f"rank {r.rank} output (last {len(tail)} lines)", "\n".join(tail)))
+    return "\n".join(out).rstrip("\n"), sections
+
+
+def render_world(world, *, output_lines: int = 15) -> str:
+    """Verdict, root cause, first divergence, per-rank table, faults, replay, then stacks and outputs."""
+    head, sections = report_parts(world, output_lines=output_lines)
+    return "\n".join([head, *(f"\n--- {title} ---\n{text}" for title, text in sections)])
