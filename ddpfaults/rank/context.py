@@ -7,8 +7,10 @@ is current (a warm rank runs many jobs, one context each) and fall through when 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
+import pickle
 import sys
 import threading
 import time
@@ -59,15 +61,36 @@ class EventLog:
         return fields
 
 
-def _default_group_seq() -> int | None:
-    """How many collectives the default process group has issued so far (torch's flight recorder numbers a group's
-    collectives the same way: ``collective_seq_id``), or None without a group. A step event carries it, so the
-    judge places each recorded collective in its step by order, not by the recorder's approximate clock."""
+#: the key torch's flight recorder gives the status of the first process group a process creates (its default group):
+#: a per-process count of groups, not the group's name (a default group made again after ``destroy_process_group``
+#: has the name "0" and the next count)
+_FIRST_GROUP_KEY = "0"
+_first_default = None  # the default group whose status is under _FIRST_GROUP_KEY (None: no group seen yet)
+
+
+def default_group_seq() -> int | None:
+    """How many collectives the default process group has issued so far, as torch's flight recorder numbers them
+    (its entries' ``collective_seq_id``, gloo's collective tags): sends and receives are not counted, so the number
+    is the same on every rank that issued the same collectives. None without a gloo default group, with the flight
+    recorder off (``TORCH_FR_BUFFER_SIZE=0``), or once the default group was made again (its status is under another
+    key). A step event carries it, so the judge places each recorded collective in its step by order, not by the
+    recorder's approximate clock; enter, finished and failed events carry it for the judge's deadlock proof."""
+    global _first_default
     try:
-        if not dist.is_initialized():
+        if not dist.is_initialized() or dist.get_backend() != "gloo":
             return None
-        return int(c10d._get_default_group()._get_sequence_number_for_group())
-    except Exception:  # noqa: BLE001 - a backend without sequence numbers: the judge falls back to wall time
+        if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
+            return None
+        group = c10d._get_default_group()
+        status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(False, False, False)).get("pg_status") or {}
+        if _first_default is None:
+            if set(status) - {_FIRST_GROUP_KEY}:
+                return None  # groups were made before this one: its key is unknown
+            _first_default = group
+        if group is not _first_default:
+            return None
+        return int((status.get(_FIRST_GROUP_KEY) or {}).get("last_enqueued_collective", 0))
+    except Exception:  # noqa: BLE001 - no recorder (older torch, another backend): steps fall back to wall time
         return None
 
 
@@ -128,6 +151,8 @@ class RankContext:
         self.batches = 0  # DataLoader batches yielded on this rank so far (the dataloader clock)
         self._events = events
         self._claimed: set[type] = set()  # fault kinds the function asked for itself (the seams leave them alone)
+        self._finalize_queued = False  # a ddp_finalize announcement waits for the end of this backward pass
+        self._last_bucket_launched = False  # ... and DDP launched the pass's last bucket (so it will wait for them all)
         self._fired_once: set = set()
         self._seq = 0
 
@@ -135,7 +160,7 @@ class RankContext:
     def step(self, i: int) -> None:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
-        self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step", pg_seq=_default_group_seq())
+        self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step", pg_seq=default_group_seq())
         memory.restore()  # an OutOfMemory limit lasts until the rank's next step
         active = self._active()
         for fault in active:
@@ -195,9 +220,13 @@ class RankContext:
         self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)
 
     # -- collectives ----------------------------------------------------------------------
-    def _enter(self, op: str, shapes: list, site: str, note: str = "") -> int:
+    def _enter(self, op: str, shapes: list, site: str, note: str = "", **facts) -> int:
+        """Record that this rank entered ``op``; ``facts``: what the judge's deadlock proof needs to know of the call
+        (see :func:`_call_facts`)."""
         self._seq += 1
-        self._events.emit("enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note)
+        self._events.emit(
+            "enter", seq=self._seq, op=op, shapes=shapes, site=site, step=self.current_step, note=note, **facts
+        )
         return self._seq
 
     def _exit(self, seq: int) -> None:
@@ -227,15 +256,87 @@ class RankContext:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
-        seq = self._enter("all_reduce", [list(buffer.shape)], call_site(), note=f"DDP gradient bucket {bucket.index()}")
+        facts = {"pg_seq": default_group_seq(), "async": True} if _is_default(group) else {"async": True}
+        seq = self._enter(
+            "all_reduce", [list(buffer.shape)], call_site(), note=f"DDP gradient bucket {bucket.index()}", **facts
+        )
         original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
         future = original(buffer, group=group, async_op=True).get_future()
+        self._await_buckets_after_backward(last=bucket.is_last())
 
         def done(fut):
             self._exit(seq)
             return fut.value()[0]
 
         return future.then(done)
+
+    def _await_buckets_after_backward(self, last: bool) -> None:
+        """Have the autograd engine announce (a ``ddp_finalize`` event), once this backward pass's computation is
+        done, that the rank waits for its gradient buckets: a final callback queued at the pass's first bucket runs
+        before DDP's own, which DDP queues once it has launched the last bucket (``last``) and which waits for every
+        bucket. Without the last bucket launched DDP does not wait, and nothing is announced; where the engine takes no
+        callback here, nothing is either."""
+        self._last_bucket_launched = self._last_bucket_launched or last
+        if self._finalize_queued:
+            return
+
+        def announce():
+            launched, self._finalize_queued, self._last_bucket_launched = self._last_bucket_launched, False, False
+            if launched:
+                thread = (
+                    {} if threading.current_thread() is threading.main_thread() else {"thread": threading.get_ident()}
+                )
+                self._events.emit("ddp_finalize", pg_seq=default_group_seq(), step=self.current_step, **thread)
+
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(announce)
+        except RuntimeError:
+            self._last_bucket_launched = False
+            return
+        self._finalize_queued = True
+
+
+def _is_default(group) -> bool:
+    """True if ``group`` (None: the default) is the default process group."""
+    try:
+        return group is None or group is c10d._get_default_group()
+    except (RuntimeError, ValueError):  # no default group
+        return False
+
+
+#: the arguments naming a rooted collective's source or destination rank
+_ROOTS = ("src", "dst", "group_src", "group_dst")
+
+
+@functools.cache
+def _signature(original) -> inspect.Signature | None:
+    try:
+        return inspect.signature(original)
+    except (TypeError, ValueError):
+        return None
+
+
+def _call_facts(original, args, kwargs) -> dict:
+    """What the deadlock proof needs of a traced collective call: ``pg_seq`` (the default group's collective count
+    before it; only for a call on the default group), ``async`` (it returns without waiting), ``root`` (the source or
+    destination rank of a rooted collective) and ``thread`` (the calling thread, when it is not the main thread)."""
+    facts = {}
+    if threading.current_thread() is not threading.main_thread():
+        facts["thread"] = threading.get_ident()
+    signature = _signature(original)
+    try:
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        return facts  # the call raises before making any collective
+    arguments = bound.arguments if bound is not None else {}
+    if arguments.get("async_op"):
+        facts["async"] = True
+    roots = [arguments[name] for name in _ROOTS if arguments.get(name) is not None]
+    if roots and isinstance(roots[0], int):
+        facts["root"] = roots[0]
+    if bound is not None and _is_default(arguments.get("group")):
+        facts["pg_seq"] = default_group_seq()
+    return facts
 
 
 def building_traced_ddp() -> bool:
@@ -283,7 +384,8 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
                 ctx.record_fired(fault, f"skipped {op}")
                 return None
         entering(ctx, op)
-    seq = ctx._enter(op, shapes, call_site(), note=note)
+    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
+    seq = ctx._enter(op, shapes, call_site(), note=note, **facts)
     _local.inside = True
     try:
         return original(*args, **kwargs)

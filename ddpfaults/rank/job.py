@@ -88,7 +88,13 @@ def run_job(
             return result
         result.update(error=error_text(exc), traceback=traceback.format_exc(), site=error_site(exc))
         publish(result)
-        ctx._events.emit("failed", error=result["error"], site=result["site"], step=ctx.current_step)
+        ctx._events.emit(
+            "failed",
+            error=result["error"],
+            site=result["site"],
+            step=ctx.current_step,
+            pg_seq=context.default_group_seq(),
+        )
         sys.stderr.write(result["traceback"])
         sys.stderr.flush()
         return result
@@ -96,5 +102,5 @@ def run_job(
     context.activate(None)
     left = leftovers()
     publish(result)
-    ctx._events.emit("finished", step=ctx.current_step, leftovers=left)
+    ctx._events.emit("finished", step=ctx.current_step, leftovers=left, pg_seq=context.default_group_seq())
     return result
