@@ -31,6 +31,7 @@ from ddpfaults.judge.verdict import (
     first_divergence,
     gloo_aborted,
     innermost_frame,
+    is_collateral,
     is_waiting_stack,
     mark_collateral,
     root_cause,
@@ -161,6 +162,10 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         if just_failed:
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen
             observer.collect_stacks(live)
+        if spec.peer_failure == "exit" and _abandoned(observer, live, now):
+            if not just_failed:
+                observer.collect_stacks(live)
+            return StopReason.ABANDONED
         starting = _starting(observer, now)
         if starting and now - observer.t0 >= spec.startup_limit:
             stop = StopReason.STARTUP
@@ -187,6 +192,19 @@ def _in_rendezvous(w: RankWatch) -> dict | None:
     if w.joined:
         return None
     return next((e for e in w.entered.values() if e.get("op") == "init_process_group"), None)
+
+
+def _abandoned(observer: Observer, live: list[int], now: float) -> bool:
+    """True when a rank failed with its own error (not a consequence of another's) or died, and every rank still
+    running waits in ``init_process_group``: in ``peer_failure="exit"`` mode the failed rank's process ends, so the
+    rendezvous can never complete with it (those ranks wait for ever, or fail connecting to it) and the world is a
+    crash, those ranks its collateral, as under torchrun."""
+    failed = [
+        w
+        for w in observer.watches
+        if (w.ended == "failed" and not is_collateral((w.end or {}).get("error"))) or observer.dead(w.rank, now)
+    ]
+    return bool(failed) and bool(live) and all(_in_rendezvous(observer.watches[i]) is not None for i in live)
 
 
 class _Prover:

@@ -104,6 +104,43 @@ def _joined_late(result, late) -> float:
 
 
 @pytest.mark.parametrize("world_size, fail, late", [(4, 1, 2), (2, 1, 0)])
+def test_a_script_rank_that_raises_while_a_peer_still_joins_is_a_crash_on_that_rank(world_size, fail, late):
+    script = os.path.join(SCRIPTS, "join_late.py")
+    argv = ["--fail", str(fail), "--late", str(late), "--delay", "1.0"]
+    result = run_script(script, argv, world_size=world_size, stall=STALL, timeout=TIMEOUT)
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank == fail and "found no data" in result.root_cause
+    assert result.reason.startswith("a rank failed while the others still waited to join the process group")
+    assert result.ranks[fail].state == RankState.RAISED
+    for r in range(world_size):
+        if r != fail:
+            assert result.ranks[r].state == RankState.BLOCKED and "init_process_group" in result.ranks[r].where
+    # judged once the late rank was waiting to join too, not a stall window later
+    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT, result.events
+    _no_survivors(result)
+
+
+@pytest.mark.parametrize("world_size, fail, late", [(4, 1, 2), (2, 1, 0)])
+def test_a_rank_whose_job_fails_before_its_group_is_made_is_a_crash_on_that_rank(world_size, fail, late):
+    """The function form: ranks make their process group before the function, so the failure and the delay come
+    from unpickling the function's argument (rankfns.JoinLate), which every rank does before joining. A cold world:
+    a warm one's ranks joined their group in an earlier job."""
+    result = run_world(
+        rankfns.all_reduce_steps,
+        world_size=world_size,
+        args=(rankfns.JoinLate(fail=fail, late=late, delay=1.0),),
+        stall=STALL,
+        timeout=TIMEOUT,
+        reuse=False,
+    )
+    assert not result.warm
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank == fail and "found no data" in result.root_cause
+    assert result.reason.startswith("a rank failed while the others still waited to join the process group")
+    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT, result.events
+
+
+@pytest.mark.parametrize("world_size, fail, late", [(4, 1, 2), (2, 1, 0)])
 def test_lingering_ranks_that_never_join_leave_their_peers_hung_and_it_is_proved(world_size, fail, late):
     """peer_failure="linger" (NCCL-like): the failed rank keeps its process, its peers wait to join it for ever."""
     script = os.path.join(SCRIPTS, "join_late.py")

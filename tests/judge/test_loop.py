@@ -382,6 +382,40 @@ def failed_before_joining(rank, error="ValueError: no data", t=0.3):
     return [(rank, {"k": "start", "t": 0.1, "main_thread": MAIN}), (rank, {"k": "failed", "error": error, "t": t})]
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_rank_that_failed_while_its_peers_wait_to_join_is_a_crash_at_once(clock, world_size):
+    # peer_failure="exit": rank 1 raised before init_process_group and its process ends; the others wait in the
+    # rendezvous, which can never complete
+    script = {0.1: [(r, {"k": "start", "t": 0.1}) for r in range(world_size) if r != 1]}
+    script[0.2] = [(r, {**enter_init(), "t": 0.2}) for r in range(world_size) if r != 1]
+    script[0.3] = failed_before_joining(1)
+    world = ScriptedWorld(clock, world_size, script)
+    assert loop.watch(world, RunSpec(world_size=world_size, stall=2, timeout=60)) is StopReason.ABANDONED
+    assert clock.now - world.t0 < 0.35
+    assert not StopReason.ABANDONED.hung  # its outcome is crashed
+
+
+def test_a_rank_that_failed_after_joining_while_a_peer_still_joins_is_a_crash_at_once(clock):
+    # the flaky world of issue 29: rank 1 joined and raised, rank 3 failed connecting to it, rank 2 still joins; rank
+    # 2 is not done joining, so without this the world would wait for the start-up limit
+    script = {0.1: [e for r in (0, 1) for e in joined(r)] + [(r, {"k": "start", "t": 0.1}) for r in (2, 3)]}
+    script[0.2] = [(r, {**enter_init(), "t": 0.2}) for r in (2, 3)] + [(0, enter("all_gather", 0))]
+    script[0.3] = [(1, {"k": "failed", "error": "RuntimeError: wrong size", "t": 0.3})]
+    script[0.4] = [(3, {"k": "failed", "error": "RuntimeError: connectFullMesh failed: Connection closed by peer"})]
+    script[0.5] = [(0, leave(2)), (0, {"k": "failed", "error": "RuntimeError: Connection closed by peer"})]
+    world = ScriptedWorld(clock, 4, script)
+    assert loop.watch(world, RunSpec(world_size=4, stall=2, timeout=60)) is StopReason.ABANDONED
+    assert clock.now - world.t0 < 0.55
+
+
+def test_only_a_failure_of_its_own_abandons_a_rendezvous(clock):
+    # the only failure is a consequence of another's: nothing says who failed first; the stall rule judges
+    script = {0.1: [(r, {"k": "start", "t": 0.1}) for r in range(2)], 0.2: [(0, {**enter_init(), "t": 0.2})]}
+    script[0.3] = failed_before_joining(1, error="RuntimeError: Connection closed by peer")
+    world = ScriptedWorld(clock, 2, script)
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
+
+
 def test_a_lingering_rank_that_never_joined_proves_its_peers_stuck(clock):
     # peer_failure="linger" (NCCL-like): the failed rank keeps its process; its peers wait for it for ever: hung
     script = {

@@ -239,3 +239,25 @@ def exit_zero_at(ctx, rank=1, step=2, steps=4):
             sys.exit(0)
         dist.all_reduce(t)
     return float(t)
+
+
+class JoinLate:
+    """An argument whose unpickling, in a rank before its process group is made, raises on rank ``fail`` and sleeps
+    ``delay`` seconds on rank ``late``; it becomes ``steps`` (for :func:`all_reduce_steps`)."""
+
+    def __init__(self, fail, late, delay, steps=2):
+        self.fail, self.late, self.delay, self.steps = fail, late, delay, steps
+
+    def __reduce__(self):
+        return _join_late, (self.fail, self.late, self.delay, self.steps)
+
+
+def _join_late(fail, late, delay, steps):
+    from ddpfaults.rank import context
+
+    rank = context.current().rank
+    if rank == fail:
+        raise ValueError(f"rank {rank} found no data")
+    if rank == late:
+        time.sleep(delay)
+    return steps
