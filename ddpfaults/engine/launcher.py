@@ -164,7 +164,6 @@ class LocalWorld(loop.Observer):
 
     def __init__(self, work: Work, faults: tuple, spec: RunSpec, flight_recorder_dir=None):
         self.work, self.faults, self.spec = work, faults, spec
-        self.finished_ranks_linger = not getattr(work, "script", False)  # a script rank's process ends with it
         self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
         self.dir = None
@@ -323,13 +322,9 @@ class LocalWorld(loop.Observer):
         """CPU seconds from /proc."""
         return cpu_seconds(self.procs[i].pid)
 
-    def runnable(self, i: int) -> bool:
-        """Its main thread running or waiting for a CPU (/proc state R)."""
-        return tree.runnable(self.procs[i].pid)
-
-    def threads_runnable(self, i: int) -> bool | None:
-        """Any of its threads running or waiting for a CPU (/proc state R); None if its process is gone."""
-        return tree.threads_runnable(self.procs[i].pid)
+    def runnable(self, i: int, threads: bool = False) -> bool | None:
+        """Its main thread (``threads``: any of its threads) running or waiting for a CPU (/proc state R)."""
+        return tree.threads_runnable(self.procs[i].pid) if threads else tree.runnable(self.procs[i].pid)
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their Python stacks (a request file their request thread polls) into their

@@ -215,6 +215,11 @@ class RankContext:
         self._fired_once.add(key)
         return True
 
+    def record_links_dropped(self, count: int) -> None:
+        """Record that ``count`` gloo connections of this rank were shut down: its peers read end-of-file, whether the
+        rank lives on or not (the judge never counts on it to keep them waiting)."""
+        self._events.emit("links_dropped", count=count, step=self.current_step)
+
     def record_fired(self, fault, how: str) -> None:
         """Record in this rank's timeline that ``fault`` took effect (``how``: what it did)."""
         self._events.emit("fault", index=self.faults.index(fault), fault=repr(fault), how=how, step=self.current_step)

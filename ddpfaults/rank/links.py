@@ -50,8 +50,7 @@ def gloo_sockets() -> list[int]:
 
 
 def drop_all() -> int:
-    """Shut down every gloo connection of this process; return how many were shut down (a ``links_dropped`` event
-    in the current job's timeline says so: the rank's peers will read end-of-file, whether it lives on or not)."""
+    """Shut down every gloo connection of this process; return how many were shut down."""
     dropped = 0
     for fd in gloo_sockets():
         try:
@@ -65,10 +64,4 @@ def drop_all() -> int:
             pass
         finally:
             sock.close()
-    if dropped:
-        from ddpfaults.rank import context
-
-        ctx = context.current()
-        if ctx is not None:
-            ctx._events.emit("links_dropped", count=dropped, step=ctx.current_step)
     return dropped

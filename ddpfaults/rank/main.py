@@ -211,7 +211,11 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     # a warm rank's record still holds its earlier jobs' collectives (the first job's group is made below)
     fresh_record = flight.forget() if dist.is_initialized() else True
     started = events.emit(
-        "start", pid=os.getpid(), main_thread=threading.main_thread().ident, fresh_record=fresh_record
+        "start",
+        pid=os.getpid(),
+        main_thread=threading.main_thread().ident,
+        fresh_record=fresh_record,
+        pg_seq=context.default_group_seq(),  # a warm rank's group made collectives in earlier jobs
     )["wall"]
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
     recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file, since_wall=started)  # the judge's cut too
@@ -259,6 +263,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         init_process_group=None if job.script else init_process_group,
         publish=publish,
         leftovers=left_behind,
+        process_ends=job.script,
     )
     if result["error"] is not None:
         if job.peer_failure == "exit":
