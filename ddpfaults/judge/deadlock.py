@@ -71,12 +71,13 @@ class Op:
     family: str | None
     root: int | None = None
 
-    def describe(self) -> str:
-        """``collective #8 (all_reduce)``, or ``the process group's rendezvous`` for collective 0."""
+    def describe(self, before: int = 0) -> str:
+        """``collective #8 (all_reduce)``, or ``the process group's rendezvous`` for collective 0; numbered from the
+        job's first collective (``before``: how many the group made in earlier jobs of a warm world)."""
         if self.family == RENDEZVOUS:
             return "the process group's rendezvous (init_process_group)"
         kind = f" ({self.family}" + (f" from rank {self.root}" if self.root is not None else "") + ")"
-        return f"collective #{self.number}" + (kind if self.family else "")
+        return f"collective #{self.number - before}" + (kind if self.family else "")
 
 
 class Stand(str, enum.Enum):
@@ -109,13 +110,28 @@ class Standing:
 
 @dataclass(frozen=True)
 class Stuck:
-    """A rank proved stuck: it waits in ``op``, which can never complete because rank ``peer`` never makes it
-    (``because``)."""
+    """A rank proved stuck: it waits in ``op``, which can never complete because rank ``peer`` never makes it: the
+    peer ended (``ended``: how) after its collective ``last`` (-1: without joining the group), or is stuck itself
+    in ``theirs`` (``last``: the last it made), or made ``theirs``, of another kind, with ``op``'s number."""
 
     rank: int
     op: Op
     peer: int
-    because: str
+    last: int | None = None
+    theirs: Op | None = None
+    ended: str = ""
+
+    def because(self, before: int = 0) -> str:
+        """Why the peer never makes it: ``it finished after its collective #7``, ``its collective #8 is barrier``,
+        ``it is stuck in collective #6 (all_reduce)`` (numbered from the job's first collective: ``before``)."""
+        if self.ended:
+            if self.last is not None and self.last < 0:
+                return f"it {self.ended} without joining the process group"
+            made = self.last - before if self.last is not None else 0
+            return f"it {self.ended} " + (f"after its collective #{made}" if made > 0 else "before making any")
+        if self.theirs is not None and self.theirs.number == self.op.number:
+            return f"its collective #{self.theirs.number - before} is {self.theirs.family}"
+        return f"it is stuck in {self.theirs.describe(before)}" if self.theirs else "it never makes it"
 
 
 @dataclass(frozen=True)
@@ -127,8 +143,9 @@ class Proof:
     stuck: tuple[Stuck, ...]
     formed: float | None
 
-    def describe(self) -> str:
-        """One sentence: who ended, who waits where and why that can never complete."""
+    def describe(self, before: int = 0) -> str:
+        """One sentence: who ended, who waits where and why that can never complete; collectives numbered from the
+        job's first (``before``: how many the group made in earlier jobs of a warm world), as divergences are."""
         parts = []
         if self.ended:
             by_why: dict[str, list[int]] = {}
@@ -137,10 +154,10 @@ class Proof:
             parts.append("; ".join(f"{format_ranks(r)} {why}" for why, r in by_why.items()))
         groups: dict[tuple, list[int]] = {}
         for s in self.stuck:
-            groups.setdefault((s.op, s.peer, s.because), []).append(s.rank)
+            groups.setdefault((s.op, s.peer, s.because(before)), []).append(s.rank)
         for (op, peer, because), ranks in groups.items():
             parts.append(
-                f"{format_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {op.describe()}, which "
+                f"{format_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {op.describe(before)}, which "
                 f"rank {peer} never makes ({because})"
             )
         return "; ".join(parts)
@@ -158,9 +175,9 @@ def needed_peers(op: Op, rank: int, world_size: int) -> list[int]:
     return []
 
 
-def _never_made(op: Op, rank: int, peers: list[int], ctx: _Facts):
-    """``(peer, because)`` for one of ``peers`` that never makes ``rank``'s ``op`` (preferring a peer that ended, then
-    one that made another kind of collective there, then one that is stuck), or None."""
+def _never_made(op: Op, rank: int, peers: list[int], ctx: _Facts) -> Stuck | None:
+    """Why ``rank`` is stuck in ``op``: one of ``peers`` never makes it (preferring a peer that ended, then one that
+    made another kind of collective there, then one that is stuck), or None."""
     if not peers:
         return None
     ended = [(ctx.final[p], p) for p in ctx.ended_by_count[:2] if p != rank]
@@ -168,21 +185,18 @@ def _never_made(op: Op, rank: int, peers: list[int], ctx: _Facts):
         ended = [(ctx.final[p], p) for p in peers if p in ctx.final and p not in ctx.stuck]
     if ended and min(ended)[0] < op.number:
         count, peer = min(ended)
-        why = ctx.standings[peer].why
-        if count < 0:
-            return peer, f"it {why} without joining the process group" if why else "it never joins"
-        return peer, f"it {why} after {count} collectives" if why else f"it stops after {count} collectives"
+        return Stuck(rank, op, peer, last=count, ended=ctx.standings[peer].why or "ended")
     if op.family is not None:
         kinds = ctx.kinds.get(op.number, {})
         for other, ranks in kinds.items():
             if other != op.family:
                 peer = next((p for p in sorted(ranks) if p != rank and p in peers), None)
                 if peer is not None:
-                    return peer, f"its collective #{op.number} is {other}"
+                    return Stuck(rank, op, peer, theirs=Op(op.number, other))
     stuck = [(ctx.final[p], p) for p in peers if p in ctx.stuck]
     if stuck and min(stuck)[0] < op.number:
-        peer = min(stuck)[1]
-        return peer, f"it is stuck in {ctx.stuck[peer].op.describe()}"
+        count, peer = min(stuck)
+        return Stuck(rank, op, peer, last=count, theirs=ctx.stuck[peer].op)
     return None
 
 
@@ -229,7 +243,7 @@ def prove(standings: list[Standing]) -> Proof | None:
             for op in s.waits:
                 found = _never_made(op, s.rank, needed_peers(op, s.rank, world_size), ctx)
                 if found is not None:
-                    ctx.stuck[s.rank] = Stuck(s.rank, op, *found)
+                    ctx.stuck[s.rank] = found
                     final[s.rank] = s.issued  # stuck for good: it issues nothing more
                     changed = True
                     break

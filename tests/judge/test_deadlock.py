@@ -34,7 +34,22 @@ def test_a_rank_that_finished_one_collective_short_leaves_the_others_stuck_for_g
     assert proof.ended == ((2, "finished"),) and proof.formed == 2.5
     assert proof.describe() == (
         "rank 2 finished; ranks 0, 1, 3 wait in collective #8 (all_reduce), which rank 2 never makes "
-        "(it finished after 7 collectives)"
+        "(it finished after its collective #7)"
+    )
+
+
+def test_a_warm_worlds_proof_numbers_collectives_from_the_jobs_first():
+    # the group made 50 collectives in earlier jobs: #58 is this job's #8, as its divergence numbers it
+    proof = prove([waiting(0, all_reduce(58)), ended(1, 57), waiting(2, Op(58, "barrier"))])
+    assert proof.describe(before=50) == (
+        "rank 1 finished; rank 0 waits in collective #8 (all_reduce), which rank 1 never makes (it finished after its "
+        "collective #7); rank 2 waits in collective #8 (barrier), which rank 1 never makes (it finished after its "
+        "collective #7)"
+    )
+    assert (
+        prove([waiting(0, all_reduce(51)), ended(1, 50)])
+        .describe(before=50)
+        .endswith("(it finished before making any)")
     )
 
 
@@ -89,8 +104,8 @@ def test_a_rank_proved_stuck_proves_its_peers_stuck_in_turn():
     standings = [waiting(0, all_reduce(6)), waiting(1, Op(7, "broadcast", root=0)), ended(2, 5)]
     proof = prove(standings)
     assert proof is not None
-    assert {s.rank: (s.peer, s.because) for s in proof.stuck} == {
-        0: (2, "it finished after 5 collectives"),
+    assert {s.rank: (s.peer, s.because()) for s in proof.stuck} == {
+        0: (2, "it finished after its collective #5"),
         1: (0, "it is stuck in collective #6 (all_reduce)"),
     }
 

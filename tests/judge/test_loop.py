@@ -32,6 +32,7 @@ class ScriptedWorld(loop.Observer):
         self.stacks: dict[int, str] = {}  # what each rank's stack dump shows
         self.computing: set[int] = set()  # ranks whose main thread is runnable
         self.records: dict[int, dict] = {}  # each rank's flight-recorder dump, as the judge would read it now
+        self.threads_busy: set[int] = set()  # ranks one of whose threads is runnable
         self.dead_ranks: set[int] = set()
 
     def poll(self, wait: float) -> None:
@@ -62,8 +63,8 @@ class ScriptedWorld(loop.Observer):
         for i in indices:
             self.watches[i].stack = self.stacks.get(i)
 
-    def runnable(self, i: int) -> bool:
-        return i in self.computing
+    def runnable(self, i: int, threads: bool = False) -> bool | None:
+        return i in (self.threads_busy if threads else self.computing)
 
 
 def start(seq=1):
@@ -121,9 +122,9 @@ def test_after_the_rendezvous_the_stall_rule_applies(clock):
 
 def test_a_rank_that_ended_before_joining_lets_the_stall_rule_judge_its_waiting_peers(clock):
     script = {0.1: [(r, start()) for r in range(2)] + [(0, enter_init())]}
-    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": []})]  # a script rank that returned early
+    # a script rank that returned early: its process ends with its script (its peers may hear of it)
+    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": [], "exits": True})]
     world = ScriptedWorld(clock, 2, script)
-    world.finished_ranks_linger = False  # its process ends with its script: its peers may hear of it
     assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
     assert clock.now - world.t0 < 3.5
 
@@ -341,7 +342,7 @@ def test_whatever_the_record_cannot_confirm_is_left_to_the_stall_rule(clock, cha
     elif change == "no record":
         del world.records[0]
     elif change == "finished rank exits":
-        world.finished_ranks_linger = False
+        world.script[2][1][0][1]["exits"] = True
     elif change == "finished rank gone":
         world.dead_ranks = {2}
         world.script[2][1].append((2, {"k": "exited", "t": 0.6}))
@@ -371,7 +372,7 @@ def test_a_collective_of_another_kind_is_a_deadlock_once_the_records_show_it(clo
     world = ScriptedWorld(clock, 3, script)
     world.records = {0: record(8, (8, "barrier")), 1: record(8, (8, "all_reduce")), 2: record(8, (8, "all_reduce"))}
     assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
-    assert {s.rank: s.because for s in world.proof.stuck} == {
+    assert {s.rank: s.because() for s in world.proof.stuck} == {
         0: "its collective #8 is all_reduce",
         1: "its collective #8 is barrier",
         2: "its collective #8 is barrier",
@@ -456,15 +457,12 @@ class PlainDDPWorld(ScriptedWorld):
             self.stacks[r] = stack
         self.threads_busy = set(threads_busy)
 
-    def threads_runnable(self, i: int) -> bool | None:
-        return i in self.threads_busy
-
 
 def test_plain_ddp_ranks_waiting_in_finalize_are_read_from_their_record_and_stack(clock):
     world = PlainDDPWorld(clock)
     assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
     assert clock.now - world.t0 < 0.6  # the untraced ranks are looked at once quiet for UNTRACED_QUIET
-    assert {s.rank: (s.op.number, s.because) for s in world.proof.stuck} == {
+    assert {s.rank: (s.op.number, s.because()) for s in world.proof.stuck} == {
         0: (8, "its collective #8 is all_reduce"),
         1: (8, "its collective #8 is barrier"),
         2: (8, "its collective #8 is barrier"),
@@ -480,6 +478,6 @@ def test_an_untraced_wait_the_record_and_stack_do_not_show_is_left_to_the_stall_
         bucket_in_backward=change != "bucket outside backward",
     )
     if change == "unknown":  # an observer that cannot see a rank's threads (torchrun's)
-        world.threads_runnable = lambda i: None
+        world.runnable = lambda i, threads=False: None
     reason = loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60))
     assert world.proof is None and reason in (StopReason.STALL, StopReason.TIMEOUT)
