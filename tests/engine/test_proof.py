@@ -92,6 +92,16 @@ def test_ranks_waiting_in_a_collective_for_a_late_peer_are_not_a_deadlock():
     assert [r.value for r in result.ranks] == [256.0] * 4
 
 
+@pytest.mark.parametrize("wrap", ["plain", "ctx"])
+def test_ddp_ranks_waiting_for_a_late_peers_gradient_bucket_are_not_a_deadlock(wrap):
+    """Rank 1 sleeps before its step-2 backward: its peers wait in DDP's finalize for a bucket it has yet to make
+    (ctx.ddp announces that wait; plain DDP's is read from the record and the stacks). Slow, never proved stuck."""
+    kwargs = {"wrap": wrap, "late_rank": 1, "late_seconds": 0.5}
+    result = run_world(rankfns.ddp_steps, world_size=4, kwargs=kwargs, stall=STALL, timeout=TIMEOUT)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert [e["k"] for e in result.events] == ["verdict"]
+
+
 def test_a_link_held_back_in_a_collective_is_not_a_deadlock():
     faults = [SlowLink(rank=2, step=1, delay=0.5)]
     result = run_world(rankfns.all_reduce_steps, world_size=4, stall=STALL, timeout=TIMEOUT, faults=faults)

@@ -130,8 +130,9 @@ def skip_backward(ctx, wrap="plain"):
     return "ok"
 
 
-def ddp_steps(ctx, wrap="plain", steps=4):
-    """A DDP training loop of ``steps`` steps, with a plain DDP model or ctx.ddp."""
+def ddp_steps(ctx, wrap="plain", steps=4, late_rank=None, late_seconds=0.0):
+    """A DDP training loop of ``steps`` steps, with a plain DDP model or ctx.ddp; ``late_rank`` sleeps
+    ``late_seconds`` before its step-2 backward (its peers wait for its gradient bucket meanwhile)."""
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
@@ -141,7 +142,10 @@ def ddp_steps(ctx, wrap="plain", steps=4):
     for step in range(steps):
         ctx.step(step)
         optimizer.zero_grad()
-        model(torch.randn(2, 4)).sum().backward()
+        loss = model(torch.randn(2, 4)).sum()
+        if ctx.rank == late_rank and step == 2:
+            time.sleep(late_seconds)
+        loss.backward()
         optimizer.step()
     return "ok"
 
