@@ -87,7 +87,8 @@ _KEEP_ALIVE = []
 
 def record_pids(ctx, directory, workers=2, hang=True):
     """Start DataLoader workers and write rank{r}.json (pid, parent pid, worker pids, shared_dir), then
-    hang if asked (rank 0 skips the all_reduce the others wait in)."""
+    hang if asked (rank 0 skips the all_reduce the others wait in: a deadlock the judge proves at once; with
+    ``hang="sleep"`` it sleeps outside any collective instead: hung until the timeout, nothing to prove)."""
     import json
 
     loader = torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=workers, persistent_workers=True)
@@ -105,6 +106,8 @@ def record_pids(ctx, directory, workers=2, hang=True):
         json.dump(info, f)
     os.replace(path + ".tmp", path)
     ctx.step(0)
+    if hang == "sleep" and ctx.rank == 0:
+        time.sleep(3600)
     if hang and ctx.rank == 0:
         return "skipped"
     dist.all_reduce(torch.ones(1))
