@@ -198,4 +198,4 @@ class RankWatch:
 
     def open_buckets(self) -> list[dict]:
         """The "enter" events of the DDP gradient buckets (ctx.ddp's) this rank issued and that have not completed."""
-        return [e for e in self.entered.values() if str(e.get("note", "")).startswith("DDP gradient bucket")]
+        return [e for e in self.entered.values() if e.get("maker") == "ddp_bucket"]
