@@ -17,21 +17,24 @@ import json
 KINDS: dict[str, frozenset] = {
     kind: frozenset(fields)
     for kind, fields in {
-        "start": ("pid", "main_thread", "fresh_record", "host", "local_rank", "output"),
+        "start": ("pid", "main_thread", "fresh_record", "pg_seq", "host", "local_rank", "output"),
         "step": ("step", "clock", "pg_seq"),
         "batch": ("index", "it", "n", "pg_seq"),
         "loader_end": ("it", "yielded"),
-        "enter": ("seq", "op", "shapes", "site", "step", "note", "maker", "batch", "pg_seq"),
+        "enter": ("seq", "op", "shapes", "site", "step", "note", "maker", "batch", "pg_seq", "async", "root", "thread"),
         "exit": ("seq",),
+        "ddp_finalize": ("pg_seq", "step", "thread"),
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
+        "links_dropped": ("count", "step"),
         "log": ("msg", "step"),
         "failed": ("error", "site", "step", "pg_seq"),
-        "finished": ("step", "leftovers", "pg_seq"),
+        "finished": ("step", "leftovers", "pg_seq", "exits"),
         "terminated": ("signal",),
         "severed": ("sockets",),
         "exited": ("code",),
         "killed": (),
         "stall": ("window",),
+        "deadlock": ("ranks",),
         "verdict": ("reason",),
     }.items()
 }

@@ -381,6 +381,8 @@ class StopReason(str, enum.Enum):
 
     ENDED = "ended"
     STALL = "stall"
+    PROVEN = "deadlock"
+    ABANDONED = "abandoned"
     STARTUP = "startup"
     TIMEOUT = "timeout"
     TERMINATED = "terminated"
@@ -392,13 +394,16 @@ class StopReason(str, enum.Enum):
     def hung(self) -> bool:
         """True if the world was stopped while ranks still ran (its outcome is hung; at the timeout, timed out
         instead if the ranks were still making progress: ``judge.verdict.world_outcome``)."""
-        return self in (StopReason.STALL, StopReason.STARTUP, StopReason.TIMEOUT)
+        return self in (StopReason.STALL, StopReason.PROVEN, StopReason.STARTUP, StopReason.TIMEOUT)
 
     def describe(self, spec: RunSpec) -> str:
         """The reason as the report's verdict line gives it."""
         return {
             StopReason.ENDED: "every rank finished or failed",
             StopReason.STALL: f"no progress for {spec.stall:g} s and every live rank waiting on its peers",
+            StopReason.PROVEN: "deadlock proved: every live rank waits in a collective that a peer can never make",
+            StopReason.ABANDONED: "a rank failed while the others still waited to join the process group, which "
+            "they never can (peer_failure='exit': its process ends)",
             StopReason.STARTUP: f"start-up not finished after {spec.startup_limit:g} s (not every rank joined the "
             "process group)",
             StopReason.TIMEOUT: f"hard timeout of {spec.timeout:g} s reached",

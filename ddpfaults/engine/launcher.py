@@ -296,9 +296,9 @@ class LocalWorld(loop.Observer):
         """CPU seconds from /proc."""
         return cpu_seconds(self.procs[i].pid)
 
-    def runnable(self, i: int) -> bool:
-        """Its main thread running or waiting for a CPU (/proc state R)."""
-        return tree.runnable(self.procs[i].pid)
+    def runnable(self, i: int, threads: bool = False) -> bool | None:
+        """Its main thread (``threads``: any of its threads) running or waiting for a CPU (/proc state R)."""
+        return tree.threads_runnable(self.procs[i].pid) if threads else tree.runnable(self.procs[i].pid)
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their Python stacks (a request file their request thread polls) into their

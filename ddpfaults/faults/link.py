@@ -74,6 +74,7 @@ class DroppedLink(_LinkFault):
         dropped = links.drop_all()
         if not dropped:
             return None
+        ctx.record_links_dropped(dropped)
         ctx.record_fired(self, f"shut down its {dropped} gloo connection(s) entering {op}", effect="at_collective")
         raise LinkDropped(f"rank {ctx.rank}'s links to its peers dropped entering {op} (injected by {self!r})")
 

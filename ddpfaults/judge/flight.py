@@ -46,7 +46,7 @@ _MAKERS = (
 #: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch and the
 #: tracing wrappers is here
 _OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")
-_TRACING = f"{os.sep}ddpfaults{os.sep}rank{os.sep}context.py"
+_TRACING = f"{os.sep}ddpfaults{os.sep}rank{os.sep}tracing.py"
 
 
 def read_dump(path: str) -> dict | None:

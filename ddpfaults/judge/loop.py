@@ -12,6 +12,10 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
   idle outside collectives is never hung; in ``peer_failure="exit"`` mode gloo is first given
   :data:`PEER_EXIT_GRACE` to tell the peers of a failure;
+- it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
+  collective a peer can never make (:mod:`ddpfaults.judge.prover`, :mod:`ddpfaults.judge.deadlock`);
+- in ``peer_failure="exit"`` mode it is *crashed* at once (:attr:`StopReason.ABANDONED`) when a rank failed and every
+  live rank waits to join the process group: the failed rank never will;
 - ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down);
 - when the first rank is seen failed or dead, every live rank's stack is taken: the survivors of a crash
   are shown where they stood when it happened.
@@ -24,8 +28,9 @@ import pickle
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import flight
+from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
+from ddpfaults.judge.prover import Prover, abandoned
 from ddpfaults.judge.results import Divergence, DivergenceGroup, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     decide,
@@ -41,6 +46,7 @@ from ddpfaults.spec import RunSpec, StopReason
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
 RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
+_PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
 
 class Observer:
@@ -53,6 +59,7 @@ class Observer:
     watches: list[RankWatch]
     t0: float
     failed_where = "raised; exiting"
+    proof: deadlock.Proof | None = None  # what :func:`watch` proved, when it stopped with StopReason.PROVEN
 
     def poll(self, wait: float) -> None:
         """Wait up to ``wait`` seconds for news, then bring every rank's watch up to date."""
@@ -70,9 +77,10 @@ class Observer:
         """Rank ``i``'s CPU seconds so far (None if unknown)."""
         raise NotImplementedError
 
-    def runnable(self, i: int) -> bool:
-        """True if rank ``i`` is computing right now, however little CPU it gets (False: unknown)."""
-        return False
+    def runnable(self, i: int, threads: bool = False) -> bool | None:
+        """True if rank ``i``'s main thread (``threads``: any of its threads) is computing right now, however little
+        CPU it gets (None: unknown)."""
+        return None
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""
@@ -113,11 +121,27 @@ class Observer:
         """Ranks still running their function (not ended, not dead)."""
         return [w.rank for w in self.watches if not w.ended and not self.dead(w.rank, now)]
 
+    def lingers(self, i: int, now: float, peer_failure: str) -> bool:
+        """True if rank ``i`` ended and keeps its process and its connections to its peers open until the verdict
+        (a finished rank, unless its process ends with its job: a script's; a failed one in ``peer_failure="linger"``
+        mode), so that a peer waiting on it waits for ever instead of reading that its connections closed."""
+        w = self.watches[i]
+        if w.links_dropped or self.dead(i, now) or self.exited(i):
+            return False
+        if w.ended == "finished":
+            return not w.end.get("exits")
+        return w.ended == "failed" and peer_failure == "linger"
+
+    def since_start(self, t: float) -> float:
+        """An event's time ``t`` (as its rank stamped it) in seconds since the world's start."""
+        return t - self.t0
+
 
 def watch(observer: Observer, spec: RunSpec) -> StopReason:
     """Watch until the world ended, stalled, timed out, or the observer asks to stop; return why."""
     last_assessed = 0.0
     failure_seen = False
+    prover = Prover(observer, spec)
     while True:
         quiet = time.monotonic() - max(w.last_progress for w in observer.watches)
         observer.poll(min(POLL_MAX, max(POLL_MIN, quiet / 20)))
@@ -128,9 +152,16 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             # between this poll's read and live(): read once more, so what it wrote before exiting is judged
             observer.poll(0)
             return StopReason.ENDED
-        if not failure_seen and any(w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches):
+        just_failed = not failure_seen and any(
+            w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches
+        )
+        if just_failed:
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen
             observer.collect_stacks(live)
+        if spec.peer_failure == "exit" and abandoned(observer, live, now):
+            if not just_failed:
+                observer.collect_stacks(live)
+            return StopReason.ABANDONED
         starting = _starting(observer, now)
         if starting and now - observer.t0 >= spec.startup_limit:
             stop = StopReason.STARTUP
@@ -143,6 +174,8 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         if stop is not None:
             observer.collect_stacks(live)
             return stop
+        if _PROVE and prover.proved(now):
+            return StopReason.PROVEN
         quiet = now - max(w.last_progress for w in observer.watches)
         if quiet >= spec.stall and now - last_assessed >= min(spec.stall / 4, 0.5):
             last_assessed = now
@@ -371,15 +404,24 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
     timeline = [events.event("verdict", t=round(elapsed, 6), reason=str(reason))]
+    described = reason.describe(spec)
     if reason == StopReason.STALL:
         last = max(w.last_progress for w in observer.watches) - observer.t0
         timeline.insert(0, events.event("stall", t=round(last, 6), window=spec.stall))
+    elif reason == StopReason.PROVEN and observer.proof is not None:
+        proof = observer.proof
+        starts = [next((e for e in w.events if e["k"] == "start"), {}) for w in observer.watches]
+        before = min(e.get("pg_seq") or 0 for e in starts)  # collectives the group made in earlier jobs
+        described = f"{described}: {proof.describe(before)}"  # numbered from the job's first collective
+        if proof.formed is not None:  # when the last rank took its stand: the deadlock formed
+            stuck = [s.rank for s in proof.stuck]
+            timeline.insert(0, events.event("deadlock", t=round(proof.formed, 6), ranks=stuck))
     return WorldResult(
         outcome=decision.outcome,
         ranks=ranks,
         root_cause=decision.root_cause,
         root_rank=decision.root_rank,
-        reason=reason.describe(spec),
+        reason=described,
         elapsed=elapsed,
         spec=spec,
         events=timeline,

@@ -7,6 +7,7 @@ import re
 import time
 
 from ddpfaults import events
+from ddpfaults.judge.deadlock import Op, family
 from ddpfaults.judge.results import Collective, FiredFault
 from ddpfaults.judge.verdict import innermost_frame
 
@@ -103,6 +104,12 @@ class RankWatch:
         self.exit_time = None
         self.stack = None
         self.main_ident = None  # the rank's main thread id (its "start" event), to pick it out of stack dumps
+        self.entered: dict[int, dict] = {}  # the "enter" event of each call in ``open``
+        self.finalizing = None  # the "ddp_finalize" event while the main thread waits for its DDP gradient buckets
+        self.end = None  # the "finished" / "failed" event
+        self.links_dropped = False  # its gloo connections were shut down (its peers read end-of-file)
+        #: the default group's collectives its main thread entered, by number (a guess its flight record confirms)
+        self.traced_ops: dict[int, Op] = {}
 
     def read(self, pid: int | None) -> bool:
         """Consume new events; True if there were any."""
@@ -134,6 +141,8 @@ class RankWatch:
     def _apply(self, event: dict) -> None:
         self.events.append(event)
         kind = event["k"]
+        if kind != "exit":
+            self.finalizing = None  # any other event is the main thread (or a thread it started) moving on
         if kind == "start":
             self.main_ident = event.get("main_thread")
         elif kind == "step":
@@ -152,7 +161,12 @@ class RankWatch:
             if call.op != "init_process_group" and not call.op.startswith("store."):
                 self.collectives.append(call)  # waits that are not collectives are still "open" below
             self.open[call.seq] = call
+            self.entered[call.seq] = event
+            if event.get("pg_seq") is not None and "thread" not in event:
+                number = event["pg_seq"] + 1
+                self.traced_ops[number] = Op(number, family(call.op), event.get("root"))
         elif kind == "exit":
+            self.entered.pop(event["seq"], None)
             call = self.open.pop(event["seq"], None)
             if call is not None:
                 call.done = True
@@ -172,7 +186,16 @@ class RankWatch:
         elif kind in ("finished", "failed"):
             self.ended = kind
             self.leftovers = event.get("leftovers")
+            self.end = event
+        elif kind == "ddp_finalize":
+            self.finalizing = event if self.open_buckets() else None
+        elif kind == "links_dropped":
+            self.links_dropped = True
 
     def waiting_in(self) -> Collective | None:
         """The innermost collective this rank entered and has not left."""
         return self.open[max(self.open)] if self.open else None
+
+    def open_buckets(self) -> list[dict]:
+        """The "enter" events of the DDP gradient buckets (ctx.ddp's) this rank issued and that have not completed."""
+        return [e for e in self.entered.values() if e.get("maker") == "ddp_bucket"]

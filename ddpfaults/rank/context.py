@@ -1,13 +1,10 @@
-"""What a rank function sees: the rank context, its event log, and the collective tracing.
-
-Tracing is installed once per rank process; the wrappers record into whichever context
-is current (a warm rank runs many jobs, one context each) and fall through when none is.
-"""
+"""What a rank function sees: the rank context and its event log (the collective tracing that records into the
+current context is :mod:`ddpfaults.rank.tracing`)."""
 
 from __future__ import annotations
 
-import functools
 import os
+import pickle
 import sys
 import threading
 import time
@@ -18,12 +15,9 @@ import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults import events
 from ddpfaults.faults import Fault
-from ddpfaults.faults.step import COLLECTIVE_OPS, DDP_BUCKET
+from ddpfaults.faults.step import DDP_BUCKET
 from ddpfaults.rank import checkpoint, memory
 from ddpfaults.spec import RunSpec
-
-#: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
-TRACED_STORE_WAITS = ("wait", "get")
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -58,15 +52,36 @@ class EventLog:
         return record
 
 
-def _default_group_seq() -> int | None:
-    """How many collectives the default process group has issued so far (torch's flight recorder numbers a group's
-    collectives the same way: ``collective_seq_id``), or None without a group. A step event carries it, so the
-    judge places each recorded collective in its step by order, not by the recorder's approximate clock."""
+#: the key torch's flight recorder gives the status of the first process group a process creates (its default group):
+#: a per-process count of groups, not the group's name (a default group made again after ``destroy_process_group``
+#: has the name "0" and the next count)
+_FIRST_GROUP_KEY = "0"
+_first_default = None  # the default group whose status is under _FIRST_GROUP_KEY (None: no group seen yet)
+
+
+def default_group_seq() -> int | None:
+    """How many collectives the default process group has issued so far, as torch's flight recorder numbers them
+    (its entries' ``collective_seq_id``, gloo's collective tags): sends and receives are not counted, so the number
+    is the same on every rank that issued the same collectives. None without a gloo default group, with the flight
+    recorder off (``TORCH_FR_BUFFER_SIZE=0``), or once the default group was made again (its status is under another
+    key). A step event carries it, so the judge places each recorded collective in its step by order, not by the
+    recorder's approximate clock; enter, finished and failed events carry it for the judge's deadlock proof."""
+    global _first_default
     try:
-        if not dist.is_initialized():
+        if not dist.is_initialized() or dist.get_backend() != "gloo":
             return None
-        return int(c10d._get_default_group()._get_sequence_number_for_group())
-    except Exception:  # noqa: BLE001 - a backend without sequence numbers: the judge falls back to wall time
+        if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
+            return None
+        group = c10d._get_default_group()
+        status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(False, False, False)).get("pg_status") or {}
+        if _first_default is None:
+            if set(status) - {_FIRST_GROUP_KEY}:
+                return None  # groups were made before this one: its key is unknown
+            _first_default = group
+        if group is not _first_default:
+            return None
+        return int((status.get(_FIRST_GROUP_KEY) or {}).get("last_enqueued_collective", 0))
+    except Exception:  # noqa: BLE001 - no recorder (older torch, another backend): steps fall back to wall time
         return None
 
 
@@ -79,16 +94,6 @@ def call_site() -> str:
             return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return "?"
-
-
-def _shapes(args, kwargs) -> list:
-    found = []
-    for value in list(args) + list(kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            found.append(list(value.shape))
-        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-            found.append([list(t.shape) for t in value])
-    return found
 
 
 class RankContext:
@@ -127,6 +132,8 @@ class RankContext:
         self.iterators = 0  # DataLoader iterators that yielded on this rank so far
         self._events = events
         self._claimed: set[type] = set()  # fault kinds the function asked for itself (the seams leave them alone)
+        self._finalize_queued = False  # a ddp_finalize announcement waits for the end of this backward pass
+        self._last_bucket_launched = False  # ... and DDP launched the pass's last bucket (so it will wait for them all)
         self._fired_once: set = set()
         self._seq = 0
 
@@ -134,7 +141,7 @@ class RankContext:
     def step(self, i: int) -> None:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
-        self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step", pg_seq=_default_group_seq())
+        self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step", pg_seq=default_group_seq())
         memory.restore()  # an OutOfMemory limit lasts until the rank's next step
         active = self._active()
         for fault in active:
@@ -189,6 +196,11 @@ class RankContext:
         self._fired_once.add(key)
         return True
 
+    def record_links_dropped(self, count: int) -> None:
+        """Record that ``count`` gloo connections of this rank were shut down: its peers read end-of-file, whether the
+        rank lives on or not (the judge never counts on it to keep them waiting)."""
+        self._events.emit("links_dropped", count=count, step=self.current_step)
+
     def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None) -> None:
         """Record in this rank's timeline that ``fault`` took effect: ``how`` says what it did in words, ``effect``
         as data (one of :data:`ddpfaults.events.EFFECTS`), ``signal`` the signal it kills the rank with, if any."""
@@ -206,7 +218,7 @@ class RankContext:
     def batch_drawn(self, iterator: int, yielded: int) -> None:
         """A DataLoader iterator (the rank's ``iterator``-th, from 1) yielded its ``yielded``-th batch: the rank's
         ``batches``-th. The event carries the default group's sequence number, to place recorded collectives."""
-        self._events.emit("batch", index=self.batches, it=iterator, n=yielded, pg_seq=_default_group_seq())
+        self._events.emit("batch", index=self.batches, it=iterator, n=yielded, pg_seq=default_group_seq())
         self.batches += 1
 
     def loader_ended(self, iterator: int, yielded: int) -> None:
@@ -214,7 +226,9 @@ class RankContext:
         it ends here."""
         self._events.emit("loader_end", it=iterator, yielded=yielded)
 
-    def _enter(self, op: str, shapes: list, site: str, note: str = "", maker: str = "user") -> int:
+    def _enter(self, op: str, shapes: list, site: str, note: str = "", maker: str = "user", **facts) -> int:
+        """Record that this rank entered ``op`` (``maker``: who made it, one of :data:`ddpfaults.events.MAKERS`);
+        ``facts``: what the judge's deadlock proof needs to know of the call (see :func:`_call_facts`)."""
         self._seq += 1
         batch = {"batch": self.batches - 1} if self.batches else {}
         self._events.emit(
@@ -227,6 +241,7 @@ class RankContext:
             note=note,
             maker=maker,
             **batch,
+            **facts,
         )
         return self._seq
 
@@ -257,16 +272,53 @@ class RankContext:
         group = process_group if process_group is not None else dist.group.WORLD
         buffer = bucket.buffer()
         buffer.div_(group.size())
+        facts = {"pg_seq": default_group_seq(), "async": True} if _is_default(group) else {"async": True}
         label = events.MAKERS["ddp_bucket"]
-        seq = self._enter("all_reduce", [list(buffer.shape)], call_site(), f"{label} {bucket.index()}", "ddp_bucket")
+        seq = self._enter(
+            "all_reduce", [list(buffer.shape)], call_site(), f"{label} {bucket.index()}", "ddp_bucket", **facts
+        )
         original = getattr(c10d.all_reduce, "__ddpfaults_original__", c10d.all_reduce)
         future = original(buffer, group=group, async_op=True).get_future()
+        self._await_buckets_after_backward(last=bucket.is_last())
 
         def done(fut):
             self._exit(seq)
             return fut.value()[0]
 
         return future.then(done)
+
+    def _await_buckets_after_backward(self, last: bool) -> None:
+        """Have the autograd engine announce (a ``ddp_finalize`` event), once this backward pass's computation is
+        done, that the rank waits for its gradient buckets: a final callback queued at the pass's first bucket runs
+        before DDP's own, which DDP queues once it has launched the last bucket (``last``) and which waits for every
+        bucket. Without the last bucket launched DDP does not wait, and nothing is announced; where the engine takes no
+        callback here, nothing is either."""
+        self._last_bucket_launched = self._last_bucket_launched or last
+        if self._finalize_queued:
+            return
+
+        def announce():
+            launched, self._finalize_queued, self._last_bucket_launched = self._last_bucket_launched, False, False
+            if launched:
+                thread = (
+                    {} if threading.current_thread() is threading.main_thread() else {"thread": threading.get_ident()}
+                )
+                self._events.emit("ddp_finalize", pg_seq=default_group_seq(), step=self.current_step, **thread)
+
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(announce)
+        except RuntimeError:
+            self._last_bucket_launched = False
+            return
+        self._finalize_queued = True
+
+
+def _is_default(group) -> bool:
+    """True if ``group`` (None: the default) is the default process group."""
+    try:
+        return group is None or group is c10d._get_default_group()
+    except (RuntimeError, ValueError):  # no default group
+        return False
 
 
 def building_traced_ddp() -> bool:
@@ -302,69 +354,3 @@ def activate(ctx: RankContext | None) -> None:
     """Make ``ctx`` the context the tracing records into (None: record nothing)."""
     global _current
     _current = ctx
-
-
-def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", skippable: bool):
-    ctx = _current
-    if ctx is None or getattr(_local, "inside", False):
-        return original(*args, **kwargs)
-    if skippable:
-        for fault in ctx._active():
-            if fault.skips_collective(ctx, op):
-                ctx.record_fired(fault, f"skipped {op}", effect="skipped")
-                return None
-        entering(ctx, op)
-    seq = ctx._enter(op, shapes, call_site(), note=note)
-    _local.inside = True
-    try:
-        return original(*args, **kwargs)
-    finally:
-        _local.inside = False
-        ctx._exit(seq)
-
-
-def _trace_collective(op: str, original):
-    @functools.wraps(original)
-    def traced(*args, **kwargs):
-        return _traced_call(op, original, args, kwargs, shapes=_shapes(args, kwargs), skippable=True)
-
-    traced.__ddpfaults_original__ = original
-    return traced
-
-
-def _trace_store(name: str, original):
-    @functools.wraps(original)
-    def traced(store, *args, **kwargs):
-        keys = args[0] if args else kwargs.get("keys", kwargs.get("key"))
-        return _traced_call(
-            f"store.{name}", original, (store, *args), kwargs, shapes=[], note=f"keys {keys!r}"[:200], skippable=False
-        )
-
-    traced.__ddpfaults_original__ = original
-    return traced
-
-
-def install_tracing() -> None:
-    """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
-    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
-        original = getattr(c10d, name, None)
-        if original is None or hasattr(original, "__ddpfaults_original__"):
-            continue
-        traced = _trace_collective(name, original)
-        setattr(c10d, name, traced)
-        if getattr(dist, name, None) is original:
-            setattr(dist, name, traced)
-    for name in TRACED_STORE_WAITS:
-        original = getattr(dist.Store, name)
-        if not hasattr(original, "__ddpfaults_original__"):
-            setattr(dist.Store, name, _trace_store(name, original))
-
-
-def tracing_intact() -> bool:
-    """True while every traced collective is still ddpfaults' wrapper (user code may have replaced one)."""
-    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
-        for module in (c10d, dist):
-            value = getattr(module, name, None)
-            if value is not None and not hasattr(value, "__ddpfaults_original__"):
-                return False
-    return True

@@ -57,12 +57,14 @@ def run_job(
     publish: Callable[[dict], None],
     leftovers: Callable[[], list] = list,
     still_reporting: Callable[[], bool] = lambda: True,
+    process_ends: bool = False,
 ) -> dict:
     """Run ``fn(ctx, *args, **kwargs)`` (``load()`` gives the triple) and report it; return the result dict.
 
     The result dict holds ``value`` (pickled), or ``error``, ``traceback`` and ``site``. ``publish(result)``
     stores it where the judge reads it; the ``finished`` event carries ``leftovers()``, the state the job left
-    in this process. ``init_process_group`` None: the function initialises its own (a script world). A failure
+    in this process, and ``exits`` when ``process_ends`` (the process ends with the job: its peers will read its
+    connections closed). ``init_process_group`` None: the function initialises its own (a script world). A failure
     is not reported when ``still_reporting()`` says the world was already judged.
     """
     seed_everything(ctx.seed)
@@ -88,7 +90,13 @@ def run_job(
             return result
         result.update(error=error_text(exc), traceback=traceback.format_exc(), site=error_site(exc))
         publish(result)
-        ctx._events.emit("failed", error=result["error"], site=result["site"], step=ctx.current_step)
+        ctx._events.emit(
+            "failed",
+            error=result["error"],
+            site=result["site"],
+            step=ctx.current_step,
+            pg_seq=context.default_group_seq(),
+        )
         sys.stderr.write(result["traceback"])
         sys.stderr.flush()
         return result
@@ -96,5 +104,6 @@ def run_job(
     context.activate(None)
     left = leftovers()
     publish(result)
-    ctx._events.emit("finished", step=ctx.current_step, leftovers=left)
+    ends = {"exits": True} if process_ends else {}
+    ctx._events.emit("finished", step=ctx.current_step, leftovers=left, pg_seq=context.default_group_seq(), **ends)
     return result

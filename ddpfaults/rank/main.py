@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import batches
-from ddpfaults.rank import context, flight, forkserver, seams, tree
+from ddpfaults.rank import context, flight, forkserver, seams, tracing, tree
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -168,7 +168,7 @@ def leftover_state(config: RankConfig, baseline: dict) -> list[str]:
         found.append(f"default dtype left at {torch.get_default_dtype()}")
     if torch.are_deterministic_algorithms_enabled() != baseline["deterministic"]:
         found.append("deterministic-algorithms flag changed")
-    if not context.tracing_intact():
+    if not tracing.tracing_intact():
         found.append("a torch.distributed collective was replaced")
     threads = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
     if threads:
@@ -211,7 +211,11 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     # a warm rank's record still holds its earlier jobs' collectives (the first job's group is made below)
     fresh_record = flight.forget() if dist.is_initialized() else True
     started = events.emit(
-        "start", pid=os.getpid(), main_thread=threading.main_thread().ident, fresh_record=fresh_record
+        "start",
+        pid=os.getpid(),
+        main_thread=threading.main_thread().ident,
+        fresh_record=fresh_record,
+        pg_seq=context.default_group_seq(),  # a warm rank's group made collectives in earlier jobs
     )["wall"]
     flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
     recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file, since_wall=started)  # the judge's cut too
@@ -250,6 +254,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         init_process_group=None if job.script else init_process_group,
         publish=publish,
         leftovers=left_behind,
+        process_ends=job.script,
     )
     if result["error"] is not None:
         if job.spec.peer_failure == "exit":
@@ -291,7 +296,7 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
         except OSError:
             pass
     _watch_launcher(config.world_dir)
-    context.install_tracing()
+    tracing.install_tracing()
     seams.install()
     seams.keep_destroyed_groups()
     baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}

@@ -60,6 +60,26 @@ def runnable(pid: int | None, samples: int = 1, interval: float = 0.005) -> bool
     return False
 
 
+def threads_runnable(pid: int | None) -> bool | None:
+    """True if any thread of the process is running or waiting for a CPU (state ``R``) right now; None if the
+    process is gone. A thread that sleeps while others of its process compute (an intra-op thread pool) is not
+    waiting on the process's peers: this looks at them all."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task") if pid is not None else None
+    except OSError:
+        return None
+    if tasks is None:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"R":
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 def snapshot() -> dict[int, Proc]:
     """Every process on the machine, by pid."""
     table = {}

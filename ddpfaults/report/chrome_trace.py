@@ -131,7 +131,7 @@ def _world(pid: int, world: dict) -> tuple[list[dict], list[dict]]:
     ]
     events = []
     for e in _timed(world.get("events")):
-        if e.get("k") in ("stall", "verdict"):
+        if e.get("k") in ("stall", "deadlock", "verdict"):
             args = _args(e)
             if e["k"] == "verdict":
                 args.update(outcome=outcome, root_cause=world.get("root_cause"))

@@ -194,6 +194,10 @@ class StoreWorld(loop.Observer):
         return min(times) if times else None
 
     # -- the judge's view (loop.Observer) -------------------------------------------------------
+    def since_start(self, t: float) -> float:
+        """An event's wall-clock time in seconds since rank 0's start."""
+        return t - self.t0_wall
+
     def dead(self, i: int, now: float) -> bool:
         """A started rank whose heartbeat stopped."""
         return self.watches[i].dead(now, self.terminating() is not None)

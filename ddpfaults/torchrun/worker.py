@@ -290,7 +290,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
     import torch._dynamo  # noqa: F401 - the first flight-recorder dump imports it (~1 s): at start-up, not the verdict
     import torch.distributed as dist
 
-    from ddpfaults.rank import context, flight
+    from ddpfaults.rank import flight, tracing
     from ddpfaults.rank.context import RankContext
     from ddpfaults.rank.job import run_job
 
@@ -300,7 +300,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
     if spec.backend == "nccl":
         torch.cuda.set_device(env.local_rank)
         ctx.device = torch.device("cuda", env.local_rank)
-    context.install_tracing()
+    tracing.install_tracing()
 
     def init_process_group():
         dist.init_process_group(

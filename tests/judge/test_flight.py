@@ -93,7 +93,7 @@ def test_a_recorded_collective_says_who_made_it():
     ddp_forward = _entry((f"{torch_dir}/nn/parallel/distributed.py", "_pre_forward"), user)
     assert _maker(ddp_forward) == "ddp_forward"
     assert _maker(_entry((f"{torch_dir}/distributed/checkpoint/utils.py", "scatter_object"), user)) == "dcp"
-    tracing = ("/src/ddpfaults/rank/context.py", "_traced_call")
+    tracing = ("/src/ddpfaults/rank/tracing.py", "_traced_call")
     own = _entry(tracing, ("/src/ddpfaults/faults/step.py", "on_step"), ("/src/ddpfaults/rank/job.py", "run_job"))
     assert _maker(own) == "ddpfaults"
     assert (

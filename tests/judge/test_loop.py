@@ -33,6 +33,9 @@ class ScriptedWorld(loop.Observer):
         self.stacks_asked = []
         self.stacks: dict[int, str] = {}  # what each rank's stack dump shows
         self.computing: set[int] = set()  # ranks whose main thread is runnable
+        self.records: dict[int, dict] = {}  # each rank's flight-recorder dump, as the judge would read it now
+        self.threads_busy: set[int] = set()  # ranks one of whose threads is runnable
+        self.dead_ranks: set[int] = set()
 
     def poll(self, wait: float) -> None:
         self.clock.now += max(wait, 0.005)
@@ -43,10 +46,16 @@ class ScriptedWorld(loop.Observer):
                 self.watches[rank].last_progress = self.clock.now
 
     def dead(self, i: int, now: float) -> bool:
-        return False
+        return i in self.dead_ranks
 
     def failures_seen(self, now: float) -> list[float]:
         return []
+
+    def flight_record(self, i: int) -> dict | None:
+        return self.records.get(i)
+
+    def since_start(self, t: float) -> float:
+        return t  # scripted events are stamped in seconds since the start
 
     def cpu(self, i: int) -> float | None:
         return 0.0
@@ -56,8 +65,8 @@ class ScriptedWorld(loop.Observer):
         for i in indices:
             self.watches[i].stack = self.stacks.get(i)
 
-    def runnable(self, i: int) -> bool:
-        return i in self.computing
+    def runnable(self, i: int, threads: bool = False) -> bool | None:
+        return i in (self.threads_busy if threads else self.computing)
 
 
 def start(seq=1):
@@ -115,7 +124,8 @@ def test_after_the_rendezvous_the_stall_rule_applies(clock):
 
 def test_a_rank_that_ended_before_joining_lets_the_stall_rule_judge_its_waiting_peers(clock):
     script = {0.1: [(r, start()) for r in range(2)] + [(0, enter_init())]}
-    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": []})]  # a script rank that returned early
+    # a script rank that returned early: its process ends with its script (its peers may hear of it)
+    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": [], "exits": True})]
     world = ScriptedWorld(clock, 2, script)
     assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
     assert clock.now - world.t0 < 3.5
@@ -341,3 +351,236 @@ def test_the_timeout_finds_a_world_still_training_timed_out_and_a_world_that_sto
         assert result.root_cause.startswith("still training at the deadline: step ")
     else:
         assert result.root_cause.startswith("ranks 0, 1 blocked (in all_reduce([9]) [DDP gradient bucket]")
+
+
+MAIN = 7  # the ranks' main thread id, in their start events and flight records
+
+
+def joined(rank, t=0.1):
+    return [(rank, {"k": "start", "t": t, "main_thread": MAIN}), (rank, {**enter_init(), "t": t}), (rank, leave())]
+
+
+def enter(op, pg_seq, seq=2, t=0.5, **facts):
+    return {
+        "k": "enter",
+        "seq": seq,
+        "op": op,
+        "shapes": [[1]],
+        "site": "x",
+        "step": 3,
+        "pg_seq": pg_seq,
+        "t": t,
+        **facts,
+    }
+
+
+def record(issued, *ops):
+    """A flight-recorder dump whose default group made ``issued`` collectives, the last ones ``ops`` ((number, op))."""
+    entries = [
+        {"pg_id": 0, "collective_seq_id": n, "profiling_name": f"gloo:{op}", "thread_id": str(MAIN)} for n, op in ops
+    ]
+    return {"pg_status": {"0": {"last_enqueued_collective": issued}}, "entries": entries}
+
+
+def skipped_collective_world(clock, world_size=4, skipper=2):
+    """SkippedCollective(rank=skipper, step=3): that rank finished after 7 collectives, the others wait in #8."""
+    script = {0.1: [e for r in range(world_size) for e in joined(r)]}
+    script[0.5] = [(r, enter("all_reduce", 7, t=0.5)) for r in range(world_size) if r != skipper]
+    script[0.6] = [(skipper, {"k": "finished", "step": 4, "leftovers": [], "pg_seq": 7, "t": 0.6})]
+    world = ScriptedWorld(clock, world_size, script)
+    world.records = {r: record(8, (7, "all_reduce"), (8, "all_reduce")) for r in range(world_size) if r != skipper}
+    world.records[skipper] = record(7, (7, "all_reduce"))
+    return world
+
+
+@pytest.mark.parametrize("world_size, skipper", [(4, 2), (2, 1)])
+def test_a_deadlock_the_record_proves_is_judged_at_once_not_after_the_stall(clock, world_size, skipper):
+    world = skipped_collective_world(clock, world_size, skipper)
+    assert loop.watch(world, RunSpec(world_size=world_size, stall=2, timeout=60)) is StopReason.PROVEN
+    assert clock.now - world.t0 < 0.65  # the last event came at 0.6
+    proof = world.proof
+    assert [s.rank for s in proof.stuck] == [r for r in range(world_size) if r != skipper] and proof.formed == 0.6
+    assert {s.peer for s in proof.stuck} == {skipper} and {s.op.number for s in proof.stuck} == {8}
+    assert world.stacks_asked[-1] == [r for r in range(world_size) if r != skipper]  # the report shows where they wait
+
+
+def test_a_proof_waits_for_the_record_to_confirm_each_rank_made_its_collective(clock):
+    # rank 0 entered all_reduce #8 but its record shows it has not issued it yet (it may still raise instead); a retry
+    # finds it issued
+    world = skipped_collective_world(clock)
+    world.records[0] = record(7, (7, "all_reduce"))
+    original = world.collect_flight_records
+
+    def issued_later(indices):
+        if clock.now - world.t0 > 0.7:
+            world.records[0] = record(8, (7, "all_reduce"), (8, "all_reduce"))
+        original(indices)
+
+    world.collect_flight_records = issued_later
+    assert loop.watch(world, RunSpec(world_size=4, stall=2, timeout=60)) is StopReason.PROVEN
+    assert 0.7 < clock.now - world.t0 < 1.2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "made by another thread",
+        "another kind in the record",
+        "went on",
+        "no record",
+        "finished rank exits",
+        "finished rank gone",
+        "async call",
+        "links dropped",
+    ],
+)
+def test_whatever_the_record_cannot_confirm_is_left_to_the_stall_rule(clock, change):
+    world = skipped_collective_world(clock)
+    if change == "made by another thread":
+        world.records[0]["entries"][-1]["thread_id"] = "8"
+    elif change == "another kind in the record":  # the call made a collective of another kind first
+        world.records[0]["entries"][-1]["profiling_name"] = "gloo:sparse_all_reduce"
+    elif change == "went on":
+        world.records[0] = record(9, (8, "all_reduce"), (9, "all_reduce"))
+    elif change == "no record":
+        del world.records[0]
+    elif change == "finished rank exits":
+        world.script[2][1][0][1]["exits"] = True
+    elif change == "finished rank gone":
+        world.dead_ranks = {2}
+        world.script[2][1].append((2, {"k": "exited", "t": 0.6}))
+    elif change == "async call":
+        world.script[1][1][0] = (0, enter("all_reduce", 7, **{"async": True}))
+    elif change == "links dropped":
+        world.script[2][1].insert(0, (2, {"k": "links_dropped", "count": 3, "t": 0.6}))
+    reason = loop.watch(world, RunSpec(world_size=4, stall=2, timeout=60))
+    assert reason in (StopReason.STALL, StopReason.ENDED)
+    assert world.proof is None
+
+
+def test_two_ranks_in_the_same_collective_are_not_a_deadlock(clock):
+    script = {0.1: [e for r in range(2) for e in joined(r)]}
+    script[0.5] = [(r, enter("all_reduce", 7)) for r in range(2)]
+    script[3.0] = [(r, leave(2)) for r in range(2)] + [(r, {"k": "finished", "pg_seq": 8}) for r in range(2)]
+    world = ScriptedWorld(clock, 2, script)
+    world.records = {r: record(8, (8, "all_reduce")) for r in range(2)}
+    assert loop.watch(world, RunSpec(world_size=2, stall=5, timeout=60)) is StopReason.ENDED
+    assert world.proof is None
+
+
+def test_a_collective_of_another_kind_is_a_deadlock_once_the_records_show_it(clock):
+    # rank0_only[naive_barrier], traced: rank 0 in barrier #8, ranks 1 and 2 in all_reduce #8
+    script = {0.1: [e for r in range(3) for e in joined(r)]}
+    script[0.5] = [(0, enter("barrier", 7))] + [(r, enter("all_reduce", 7)) for r in (1, 2)]
+    world = ScriptedWorld(clock, 3, script)
+    world.records = {0: record(8, (8, "barrier")), 1: record(8, (8, "all_reduce")), 2: record(8, (8, "all_reduce"))}
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
+    assert {s.rank: s.because() for s in world.proof.stuck} == {
+        0: "its collective #8 is all_reduce",
+        1: "its collective #8 is barrier",
+        2: "its collective #8 is barrier",
+    }
+
+
+def failed_before_joining(rank, error="ValueError: no data", t=0.3):
+    return [(rank, {"k": "start", "t": 0.1, "main_thread": MAIN}), (rank, {"k": "failed", "error": error, "t": t})]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_rank_that_failed_while_its_peers_wait_to_join_is_a_crash_at_once(clock, world_size):
+    # peer_failure="exit": rank 1 raised before init_process_group and its process ends; the others wait in the
+    # rendezvous, which can never complete
+    script = {0.1: [(r, {"k": "start", "t": 0.1}) for r in range(world_size) if r != 1]}
+    script[0.2] = [(r, {**enter_init(), "t": 0.2}) for r in range(world_size) if r != 1]
+    script[0.3] = failed_before_joining(1)
+    world = ScriptedWorld(clock, world_size, script)
+    assert loop.watch(world, RunSpec(world_size=world_size, stall=2, timeout=60)) is StopReason.ABANDONED
+    assert clock.now - world.t0 < 0.35
+    assert not StopReason.ABANDONED.hung  # its outcome is crashed
+
+
+def test_a_rank_that_failed_after_joining_while_a_peer_still_joins_is_a_crash_at_once(clock):
+    # the flaky world of issue 29: rank 1 joined and raised, rank 3 failed connecting to it, rank 2 still joins; rank
+    # 2 is not done joining, so without this the world would wait for the start-up limit
+    script = {0.1: [e for r in (0, 1) for e in joined(r)] + [(r, {"k": "start", "t": 0.1}) for r in (2, 3)]}
+    script[0.2] = [(r, {**enter_init(), "t": 0.2}) for r in (2, 3)] + [(0, enter("all_gather", 0))]
+    script[0.3] = [(1, {"k": "failed", "error": "RuntimeError: wrong size", "t": 0.3})]
+    script[0.4] = [(3, {"k": "failed", "error": "RuntimeError: connectFullMesh failed: Connection closed by peer"})]
+    script[0.5] = [(0, leave(2)), (0, {"k": "failed", "error": "RuntimeError: Connection closed by peer"})]
+    world = ScriptedWorld(clock, 4, script)
+    assert loop.watch(world, RunSpec(world_size=4, stall=2, timeout=60)) is StopReason.ABANDONED
+    assert clock.now - world.t0 < 0.55
+
+
+def test_only_a_failure_of_its_own_abandons_a_rendezvous(clock):
+    # the only failure is a consequence of another's: nothing says who failed first; the stall rule judges
+    script = {0.1: [(r, {"k": "start", "t": 0.1}) for r in range(2)], 0.2: [(0, {**enter_init(), "t": 0.2})]}
+    script[0.3] = failed_before_joining(1, error="RuntimeError: Connection closed by peer")
+    world = ScriptedWorld(clock, 2, script)
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
+
+
+def test_a_lingering_rank_that_never_joined_proves_its_peers_stuck(clock):
+    # peer_failure="linger" (NCCL-like): the failed rank keeps its process; its peers wait for it for ever: hung
+    script = {
+        0.1: [(r, {"k": "start", "t": 0.1}) for r in (0, 2)],
+        0.2: [(r, {**enter_init(), "t": 0.2}) for r in (0, 2)],
+    }
+    script[0.3] = failed_before_joining(1)
+    world = ScriptedWorld(clock, 3, script)
+    spec = RunSpec(world_size=3, stall=2, timeout=60, peer_failure="linger")
+    assert loop.watch(world, spec) is StopReason.PROVEN
+    assert clock.now - world.t0 < 0.35
+    assert "ranks 0, 2 wait in the process group's rendezvous" in world.proof.describe()
+
+
+BACKWARD_STACK = (
+    'File "/venv/torch/autograd/graph.py", line 979 in _engine_run_backward\n'
+    'File "/venv/torch/autograd/__init__.py", line 395 in backward\n'
+    'File "/work/train.py", line 40 in main'
+)
+
+
+class PlainDDPWorld(ScriptedWorld):
+    """checkpoint_script[rank0_barrier]: rank 0 in a traced barrier #8; ranks 1 and 2 in plain DDP's backward, their
+    gradient bucket #8 issued by DDP itself (no event shows it: their record and stack do)."""
+
+    def __init__(self, clock, threads_busy=(), stack=BACKWARD_STACK, bucket_in_backward=True):
+        script = {0.1: [e for r in range(3) for e in joined(r)]}
+        script[0.5] = [(0, enter("barrier", 7))] + [
+            (r, {"k": "step", "step": 2, "pg_seq": 7, "t": 0.5}) for r in (1, 2)
+        ]
+        super().__init__(clock, 3, script)
+        self.records = {0: record(8, (8, "barrier"))}
+        for r in (1, 2):
+            self.records[r] = record(8, (7, "all_reduce"), (8, "all_reduce"))
+            frames = [{"name": "_engine_run_backward" if bucket_in_backward else "forward"}]
+            for entry in self.records[r]["entries"]:
+                entry["frames"] = frames
+            self.stacks[r] = stack
+        self.threads_busy = set(threads_busy)
+
+
+def test_plain_ddp_ranks_waiting_in_finalize_are_read_from_their_record_and_stack(clock):
+    world = PlainDDPWorld(clock)
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
+    assert clock.now - world.t0 < 0.6  # the untraced ranks are looked at once quiet for UNTRACED_QUIET
+    assert {s.rank: (s.op.number, s.because()) for s in world.proof.stuck} == {
+        0: (8, "its collective #8 is all_reduce"),
+        1: (8, "its collective #8 is barrier"),
+        2: (8, "its collective #8 is barrier"),
+    }
+
+
+@pytest.mark.parametrize("change", ["a thread computes", "not in backward", "bucket outside backward", "unknown"])
+def test_an_untraced_wait_the_record_and_stack_do_not_show_is_left_to_the_stall_rule(clock, change):
+    world = PlainDDPWorld(
+        clock,
+        threads_busy={2} if change == "a thread computes" else (),
+        stack='File "/work/train.py", line 40 in main' if change == "not in backward" else BACKWARD_STACK,
+        bucket_in_backward=change != "bucket outside backward",
+    )
+    if change == "unknown":  # an observer that cannot see a rank's threads (torchrun's)
+        world.runnable = lambda i, threads=False: None
+    reason = loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60))
+    assert world.proof is None and reason in (StopReason.STALL, StopReason.TIMEOUT)

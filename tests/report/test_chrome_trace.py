@@ -494,7 +494,7 @@ def test_real_hung_world(tmp_path, hung4):
     divergent = sorted(e["tid"] for e in events if e["ph"] == "X" and e["args"].get("first_divergent"))
     assert divergent == [0, 1, 2, 3] and hung4.divergence.index == 3
     assert [(e["tid"], e["args"]["how"]) for e in events if e["name"] == "fault"] == [(2, "skipped all_reduce")]
-    assert [e["name"] for e in events if e.get("s") == "p"] == ["stall", "verdict"]
+    assert [e["name"] for e in events if e.get("s") == "p"] == ["deadlock", "verdict"]  # proved when it formed
     assert sorted(e["tid"] for e in events if e["name"] == "killed") == [0, 1, 2, 3]
     assert document["otherData"]["worlds"][0]["outcome"] == "hung"
     report = write_document(tmp_path / "r.json", [hung4], ["tests/t.py::test_hang"])

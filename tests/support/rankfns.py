@@ -87,7 +87,8 @@ _KEEP_ALIVE = []
 
 def record_pids(ctx, directory, workers=2, hang=True):
     """Start DataLoader workers and write rank{r}.json (pid, parent pid, worker pids, shared_dir), then
-    hang if asked (rank 0 skips the all_reduce the others wait in)."""
+    hang if asked (rank 0 skips the all_reduce the others wait in: a deadlock the judge proves at once; with
+    ``hang="sleep"`` it sleeps outside any collective instead: hung until the timeout, nothing to prove)."""
     import json
 
     loader = torch.utils.data.DataLoader(list(range(64)), batch_size=4, num_workers=workers, persistent_workers=True)
@@ -105,6 +106,8 @@ def record_pids(ctx, directory, workers=2, hang=True):
         json.dump(info, f)
     os.replace(path + ".tmp", path)
     ctx.step(0)
+    if hang == "sleep" and ctx.rank == 0:
+        time.sleep(3600)
     if hang and ctx.rank == 0:
         return "skipped"
     dist.all_reduce(torch.ones(1))
@@ -130,8 +133,9 @@ def skip_backward(ctx, wrap="plain"):
     return "ok"
 
 
-def ddp_steps(ctx, wrap="plain", steps=4):
-    """A DDP training loop of ``steps`` steps, with a plain DDP model or ctx.ddp."""
+def ddp_steps(ctx, wrap="plain", steps=4, late_rank=None, late_seconds=0.0):
+    """A DDP training loop of ``steps`` steps, with a plain DDP model or ctx.ddp; ``late_rank`` sleeps
+    ``late_seconds`` before its step-2 backward (its peers wait for its gradient bucket meanwhile)."""
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
@@ -141,7 +145,10 @@ def ddp_steps(ctx, wrap="plain", steps=4):
     for step in range(steps):
         ctx.step(step)
         optimizer.zero_grad()
-        model(torch.randn(2, 4)).sum().backward()
+        loss = model(torch.randn(2, 4)).sum()
+        if ctx.rank == late_rank and step == 2:
+            time.sleep(late_seconds)
+        loss.backward()
         optimizer.step()
     return "ok"
 
@@ -338,3 +345,25 @@ def ddp_train_for(ctx, seconds, stuck_rank=None, stuck_step=None):
         step += 1
         time.sleep(0.01)
     return step
+
+
+class JoinLate:
+    """An argument whose unpickling, in a rank before its process group is made, raises on rank ``fail`` and sleeps
+    ``delay`` seconds on rank ``late``; it becomes ``steps`` (for :func:`all_reduce_steps`)."""
+
+    def __init__(self, fail, late, delay, steps=2):
+        self.fail, self.late, self.delay, self.steps = fail, late, delay, steps
+
+    def __reduce__(self):
+        return _join_late, (self.fail, self.late, self.delay, self.steps)
+
+
+def _join_late(fail, late, delay, steps):
+    from ddpfaults.rank import context
+
+    rank = context.current().rank
+    if rank == fail:
+        raise ValueError(f"rank {rank} found no data")
+    if rank == late:
+        time.sleep(delay)
+    return steps

@@ -1,0 +1,97 @@
+"""P8: how long after a deadlock forms the verdict comes, proved from the record vs found by the stall rule.
+
+Run:  python bench/bench_proof.py [--repeat 3]
+Runs every built-in variant expected to hang (``python -m ddpfaults matrix`` lists them) at the default stall
+window (2 s, whatever the variant declares), alternately with the judge's deadlock proof on (the default) and off
+(the private switch ``ddpfaults.judge.loop._PROVE``, this benchmark's only), and prints per case the seconds from the
+deadlock forming to the verdict, each mode's median, and the ratio. Goal: <= 0.1 s with the proof.
+
+The deadlock *forms* when the last rank takes its stand: its last event (entering the collective it waits in,
+finishing, failing) or, for a collective only torch's flight recorder saw (plain DDP's gradient buckets), when it
+issued it; measured the same way for both modes, from each rank's own events and record, on the clock the verdict
+is stamped with. A variant the record cannot prove (e.g. two ranks in one all_reduce of different sizes, or a
+broadcast whose root the record does not name) is judged by the stall rule in both modes; it is listed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from ddpfaults.judge import loop
+from ddpfaults.judge.results import Outcome
+from ddpfaults.scenario import discover
+from ddpfaults.spec import PARAM, RunSpec
+
+DEFAULT_STALL = PARAM["stall"].default
+GOAL = 0.1
+
+
+def formed(result) -> float:
+    """Seconds since the world's start when the last rank took its stand (see the module's docstring)."""
+    last = []
+    for rank in result.ranks:
+        events = [e for e in rank.events if e["k"] not in ("exited", "killed")]
+        stand = max((e["t"] for e in events), default=0.0)
+        stamped = next((e for e in events if "wall" in e), None)
+        walls = [c.wall for c in rank.collectives if c.wall is not None]
+        if stamped is not None and walls:  # a collective issued after the rank's last event, seen by the recorder
+            stand = max(stand, max(walls) + stamped["t"] - stamped["wall"])
+        last.append(stand)
+    return max(last)
+
+
+def latency(result) -> float:
+    """Seconds from the deadlock forming to the verdict."""
+    verdict = next(e["t"] for e in result.events if e["k"] == "verdict")
+    return verdict - formed(result)
+
+
+def run(case, prove: bool):
+    """One run of ``case`` at the default stall window, the proof on or off."""
+    loop._PROVE = prove
+    try:
+        return case.run(RunSpec(), fit=lambda spec: spec.replace(stall=DEFAULT_STALL))
+    finally:
+        loop._PROVE = True
+
+
+def main() -> None:
+    """Run the deadlock-proof latency benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    cases = [c for c in discover() if c.expect.outcome == Outcome.HUNG]
+    rows = []
+    for case in cases:
+        proved, stalled, reasons = [], [], set()
+        for _ in range(args.repeat):
+            on, off = run(case, True), run(case, False)
+            for result in (on, off):
+                if result.outcome != Outcome.HUNG:
+                    raise SystemExit(f"{case.id}: expected hung, observed {result.outcome}: {result.root_cause}")
+            proved.append(latency(on))
+            stalled.append(latency(off))
+            reasons.add("proof" if on.reason.startswith("deadlock proved") else "stall rule")
+        rows.append((case.id, "/".join(sorted(reasons)), statistics.median(proved), statistics.median(stalled)))
+    print(
+        f"P8 deadlock to verdict over the built-in hung variants, stall {DEFAULT_STALL:g} s, medians of {args.repeat}"
+    )
+    print(f"   {'case':48} {'judged by':12} {'proof on':>9} {'proof off':>10} {'ratio':>7}")
+    for name, how, on, off in rows:
+        print(f"   {name:48} {how:12} {on:8.3f}s {off:9.3f}s {off / on:6.1f}x")
+    provable = [r for r in rows if r[1] == "proof"]
+    for label, chosen in (("proved", provable), ("every hung variant", rows)):
+        if not chosen:
+            continue
+        on = statistics.median(r[2] for r in chosen)
+        off = statistics.median(r[3] for r in chosen)
+        worst = max(r[2] for r in chosen)
+        print(
+            f"   {label} ({len(chosen)} of {len(rows)}): median {on:.3f} s with the proof (max {worst:.3f} s) vs "
+            f"{off:.3f} s by the stall rule alone: {off / on:.1f}x faster   [goal <= {GOAL:g} s]"
+        )
+
+
+if __name__ == "__main__":
+    main()

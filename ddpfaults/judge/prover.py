@@ -1,0 +1,199 @@
+"""Proving deadlocks as a world runs: each rank's standing read from its events, flight record and stack
+(:mod:`ddpfaults.judge.deadlock` does the proving), for the judge loop (:func:`ddpfaults.judge.loop.watch`).
+
+A proof rests on facts that cannot be undone, so the record read a moment late proves the same; what the events
+only suggest (a call may raise before it makes its collective; a rank's thread may still compute) is confirmed from
+the ranks' flight records, dumped on request with their stacks, before a proof counts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from ddpfaults.judge import deadlock
+from ddpfaults.judge.deadlock import Op, Stand, Standing
+from ddpfaults.judge.verdict import innermost_frame, is_collateral
+from ddpfaults.judge.watch import RankWatch
+from ddpfaults.spec import RunSpec
+
+if TYPE_CHECKING:
+    from ddpfaults.judge.loop import Observer
+
+PROOF_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # seconds between checks of a deadlock the ranks' events suggest
+UNTRACED_QUIET = 0.03  # seconds without an event before a rank's untraced wait (plain DDP's) is looked at
+THREAD_LOOKS, THREAD_GAP = 3, 0.005  # looks at a rank's threads' /proc state (and seconds between them)
+
+
+def in_rendezvous(w: RankWatch) -> dict | None:
+    """The "enter" event of the ``init_process_group`` rank ``w`` is in, if it has not joined the group yet."""
+    if w.joined:
+        return None
+    return next((e for e in w.entered.values() if e.get("op") == "init_process_group"), None)
+
+
+def abandoned(observer: Observer, live: list[int], now: float) -> bool:
+    """True when a rank failed with its own error (not a consequence of another's) or died, and every rank still
+    running waits in ``init_process_group``: in ``peer_failure="exit"`` mode the failed rank's process ends, so the
+    rendezvous can never complete with it (those ranks wait for ever, or fail connecting to it) and the world is a
+    crash, those ranks its collateral, as under torchrun."""
+    failed = [
+        w
+        for w in observer.watches
+        if (w.ended == "failed" and not is_collateral((w.end or {}).get("error"))) or observer.dead(w.rank, now)
+    ]
+    return bool(failed) and bool(live) and all(in_rendezvous(observer.watches[i]) is not None for i in live)
+
+
+class Prover:
+    """Proves a deadlock (:mod:`ddpfaults.judge.deadlock`) as soon as the ranks' record shows one.
+
+    Each time the ranks' events change, their standings are read from the events alone (cheap: nothing is asked of
+    the ranks); when those prove a deadlock, it is confirmed from the ranks' flight records, dumped on request with
+    their stacks (the report needs both): a waiting rank's collective must be in its record, made by its main
+    thread, of the family the proof assumed, and the last the rank made. Until confirmed, it is checked again after
+    :data:`PROOF_RETRIES` (a rank may not have issued the collective it entered yet), then only when events change.
+    """
+
+    def __init__(self, observer: Observer, spec: RunSpec):
+        self.observer, self.spec = observer, spec
+        self.seen = None  # the event counts last looked at
+        self.retries = list(PROOF_RETRIES)
+        self.next_try = 0.0
+        self.untraced: set[int] = set()  # ranks whose wait the confirmation reads from their record and stack
+
+    def proved(self, now: float) -> bool:
+        """True (and ``observer.proof`` set) once a deadlock is proved."""
+        seen = tuple(len(w.events) for w in self.observer.watches)
+        if seen != self.seen:
+            self.seen, self.retries, self.next_try = seen, list(PROOF_RETRIES), now
+        if self.next_try is None or now < self.next_try:
+            return False
+        standings = self.standings(now)
+        untraced = self._untraced(standings, now)
+        if untraced is None:
+            return False
+        if not untraced and deadlock.prove(standings) is None:
+            self.next_try = None  # nothing to prove until the events change
+            return False
+        if untraced and (
+            not any(s.stand != Stand.FREE for s in standings) or _any_threads_runnable(self.observer, untraced)
+        ):
+            return False  # nothing to start a proof from, or computing: looked at again next time
+        live = self.observer.live(now)
+        self.observer.collect_stacks(live)  # asks for their flight records too
+        self.observer.collect_flight_records(live)
+        self.untraced = set(untraced)
+        proof = deadlock.prove(self.standings(time.monotonic(), confirm=True))
+        if proof is None:
+            self.next_try = now + self.retries.pop(0) if self.retries else None
+            return False
+        self.observer.proof = proof
+        return True
+
+    def _untraced(self, standings: list[Standing], now: float) -> list[int] | None:
+        """The ranks whose wait the events do not show but their flight record and stack may (live, quiet for
+        :data:`UNTRACED_QUIET`, no thread computing: plain DDP's finalize, which waits for gradient buckets DDP issued
+        itself); None if some rank may still act."""
+        found = []
+        for s in standings:
+            if s.stand != Stand.FREE:
+                continue
+            w = self.observer.watches[s.rank]
+            if w.ended or self.observer.dead(s.rank, now) or not w.events or w.links_dropped or w.finalizing:
+                return None
+            if in_rendezvous(w) is not None or now - w.last_progress < UNTRACED_QUIET:
+                return None
+            if self.observer.runnable(s.rank, threads=True) is not False:
+                return None  # computing, or this observer cannot tell
+            found.append(s.rank)
+        return found
+
+    def standings(self, now: float, *, confirm: bool = False) -> list[Standing]:
+        """Every rank's standing, from its events (``confirm``: checked against its flight record)."""
+        return [self._standing(i, now, confirm) for i in range(len(self.observer.watches))]
+
+    def _standing(self, i: int, now: float, confirm: bool) -> Standing:
+        observer = self.observer
+        w = observer.watches[i]
+        free = Standing(i, Stand.FREE)
+        record = deadlock.record(observer.flight_record(i)) if confirm else None
+        ops = record.ops if record is not None else ({} if confirm else w.traced_ops)  # confirmed: the record's only
+        if w.ended or observer.dead(i, now):
+            if not w.ended or not observer.lingers(i, now, self.spec.peer_failure):
+                return free  # gone: its peers will hear its connections close (a crash, not a hang)
+            issued = w.end.get("pg_seq") if w.joined else -1
+            if confirm and record is not None and w.joined and record.issued not in (None, issued):
+                return free
+            why = "finished" if w.ended == "finished" else "raised and lingers"
+            return Standing(i, Stand.ENDED, issued, ops=ops, why=why, at=_at(observer, w.end))
+        if w.links_dropped or not w.events:
+            return free
+        joining = in_rendezvous(w)
+        if joining is not None:
+            op = Op(0, deadlock.RENDEZVOUS)
+            return Standing(i, Stand.WAITING, -1, (op,), ops, at=_at(observer, joining))
+        if confirm and record is None:
+            return free  # no record to confirm its wait with
+        if confirm and i in self.untraced:
+            return self._waiting_for_buckets(w, record) or free
+        if w.finalizing is not None and "thread" not in w.finalizing:
+            return self._finalizing(w, ops, record, confirm) or free
+        call = w.entered[max(w.entered)] if w.entered else None
+        if call is None or call.get("async") or "thread" in call or call.get("pg_seq") is None:
+            return free
+        number = call["pg_seq"] + 1
+        op = Op(number, deadlock.family(call["op"]), call.get("root"))
+        if confirm:
+            if record.issued != number or number not in record.ops or record.threads[number] != str(w.main_ident):
+                return free  # not issued yet, issued by another thread, or the rank went on
+            op = Op(number, record.ops[number].family, call.get("root"))
+        return Standing(i, Stand.WAITING, number, (op,), ops, at=_at(observer, call))
+
+    def _finalizing(self, w: RankWatch, ops, record, confirm: bool) -> Standing | None:
+        """A rank whose main thread waits in DDP's finalize for its open gradient buckets (ctx.ddp's)."""
+        buckets = w.open_buckets()
+        issued = w.finalizing.get("pg_seq")
+        if not buckets or issued is None or any(e.get("pg_seq") is None for e in buckets):
+            return None
+        waits = tuple(Op(e["pg_seq"] + 1, "all_reduce") for e in buckets)
+        if confirm:
+            if record.issued != issued or any(record.ops.get(op.number) != op for op in waits):
+                return None
+        return Standing(w.rank, Stand.WAITING, issued, waits, ops, at=_at(self.observer, w.finalizing))
+
+    def _waiting_for_buckets(self, w: RankWatch, record: deadlock.Record) -> Standing | None:
+        """A rank whose main thread, its stack says, is in a backward pass and which no thread of computes (looked at
+        before and after its stack and record were dumped): it waits in DDP's finalize for the gradient buckets its
+        record shows issued during the pass, the last collective it made among them."""
+        if not _in_backward(w.stack) or self.observer.runnable(w.rank, threads=True) is not False:
+            return None
+        waits = record.last_backward()
+        if not waits or record.threads.get(record.issued) != str(w.main_ident):
+            return None
+        last = w.events[-1]
+        issued_at = record.walls.get(record.issued)
+        at = _at(self.observer, {"t": issued_at + last["t"] - last["wall"]} if issued_at and "wall" in last else last)
+        return Standing(w.rank, Stand.WAITING, record.issued, waits, record.ops, at=at)
+
+
+def _in_backward(stack: str | None) -> bool:
+    """True if a main-thread stack's innermost frame is autograd running a backward pass (in C++ below it)."""
+    frame = innermost_frame(stack) or ""
+    return f"torch{os.sep}autograd{os.sep}graph.py" in frame and frame.endswith(f"in {deadlock.BACKWARD_FRAME}")
+
+
+def _any_threads_runnable(observer: Observer, indices: list[int]) -> bool:
+    """True if a thread of any of the ranks is runnable in one of :data:`THREAD_LOOKS` looks over them all."""
+    for look in range(THREAD_LOOKS):
+        if any(observer.runnable(i, threads=True) for i in indices):
+            return True
+        if look + 1 < THREAD_LOOKS:
+            time.sleep(THREAD_GAP)
+    return False
+
+
+def _at(observer: Observer, event: dict) -> float | None:
+    """When ``event`` happened, in seconds since the world's start (None: not stamped)."""
+    return observer.since_start(event["t"]) if "t" in event else None

@@ -1,0 +1,134 @@
+"""The collective tracing: torch.distributed's collectives and blocking store reads wrapped, once per rank process.
+
+The wrappers record into whichever rank context is current (a warm rank runs many jobs, one context each) and fall
+through when none is; faults that skip or act at a collective act here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ddpfaults.faults.step import COLLECTIVE_OPS
+from ddpfaults.rank import context
+from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
+
+#: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
+TRACED_STORE_WAITS = ("wait", "get")
+
+
+def _shapes(args, kwargs) -> list:
+    found = []
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(list(value.shape))
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            found.append([list(t.shape) for t in value])
+    return found
+
+
+#: the arguments naming a rooted collective's source or destination rank
+_ROOTS = ("src", "dst", "group_src", "group_dst")
+
+
+@functools.cache
+def _signature(original) -> inspect.Signature | None:
+    try:
+        return inspect.signature(original)
+    except (TypeError, ValueError):
+        return None
+
+
+def _call_facts(original, args, kwargs) -> dict:
+    """What the deadlock proof needs of a traced collective call: ``pg_seq`` (the default group's collective count
+    before it; only for a call on the default group), ``async`` (it returns without waiting), ``root`` (the source or
+    destination rank of a rooted collective) and ``thread`` (the calling thread, when it is not the main thread)."""
+    facts = {}
+    if threading.current_thread() is not threading.main_thread():
+        facts["thread"] = threading.get_ident()
+    signature = _signature(original)
+    try:
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        return facts  # the call raises before making any collective
+    arguments = bound.arguments if bound is not None else {}
+    if arguments.get("async_op"):
+        facts["async"] = True
+    roots = [arguments[name] for name in _ROOTS if arguments.get(name) is not None]
+    if roots and isinstance(roots[0], int):
+        facts["root"] = roots[0]
+    if bound is not None and _is_default(arguments.get("group")):
+        facts["pg_seq"] = default_group_seq()
+    return facts
+
+
+def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", skippable: bool):
+    ctx = context.current()
+    if ctx is None or getattr(_local, "inside", False):
+        return original(*args, **kwargs)
+    if skippable:
+        for fault in ctx._active():
+            if fault.skips_collective(ctx, op):
+                ctx.record_fired(fault, f"skipped {op}", effect="skipped")
+                return None
+        entering(ctx, op)
+    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
+    seq = ctx._enter(op, shapes, call_site(), note=note, **facts)
+    _local.inside = True
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _local.inside = False
+        ctx._exit(seq)
+
+
+def _trace_collective(op: str, original):
+    @functools.wraps(original)
+    def traced(*args, **kwargs):
+        return _traced_call(op, original, args, kwargs, shapes=_shapes(args, kwargs), skippable=True)
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
+def _trace_store(name: str, original):
+    @functools.wraps(original)
+    def traced(store, *args, **kwargs):
+        keys = args[0] if args else kwargs.get("keys", kwargs.get("key"))
+        return _traced_call(
+            f"store.{name}", original, (store, *args), kwargs, shapes=[], note=f"keys {keys!r}"[:200], skippable=False
+        )
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
+def install_tracing() -> None:
+    """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
+    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
+        original = getattr(c10d, name, None)
+        if original is None or hasattr(original, "__ddpfaults_original__"):
+            continue
+        traced = _trace_collective(name, original)
+        setattr(c10d, name, traced)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, traced)
+    for name in TRACED_STORE_WAITS:
+        original = getattr(dist.Store, name)
+        if not hasattr(original, "__ddpfaults_original__"):
+            setattr(dist.Store, name, _trace_store(name, original))
+
+
+def tracing_intact() -> bool:
+    """True while every traced collective is still ddpfaults' wrapper (user code may have replaced one)."""
+    for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
+        for module in (c10d, dist):
+            value = getattr(module, name, None)
+            if value is not None and not hasattr(value, "__ddpfaults_original__"):
+                return False
+    return True
