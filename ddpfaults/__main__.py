@@ -13,6 +13,7 @@ import sys
 from ddpfaults import faults as faults_module
 from ddpfaults.errors import DDPFaultsError, FaultNeverFired, ReportFileError, ScenarioError
 from ddpfaults.expect import Expect, Expectation, require_faults_fired
+from ddpfaults.faults.base import Plan, check_plan
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import load_function
@@ -23,8 +24,9 @@ from ddpfaults.spec import CLI, STEP_CLOCKS, RunSpec, output_problem, settable
 EXIT_TIMED_OUT = 3
 
 
-def _parse_faults(text: str | None) -> list:
-    return parse_plan(text) if text else []
+def _parse_faults(text: str | None) -> Plan:
+    """The ``--faults`` plan, parsed and validated (without a world) where it enters."""
+    return check_plan(parse_plan(text) if text else [])
 
 
 def _world_args(parser: argparse.ArgumentParser) -> None:

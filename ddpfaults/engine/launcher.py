@@ -61,7 +61,7 @@ def run_world(
     """
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
     faults = check_faults(faults, spec.world_size)
-    if spec.reuse and pool.pooled(pool.world_key(spec)) and not pool.data_only(faults):
+    if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
         capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     fn_module = getattr(fn, "__module__", "__main__")
@@ -198,7 +198,7 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and pool.data_only(self.faults) else None
+        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and self.faults.data_only else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(

@@ -2,7 +2,7 @@
 
 A warm world keeps its rank processes up with the process group initialised; the next
 ``run_world`` of the same world size, backend, start method and thread count sends its job
-to them instead of starting new processes, if its plan is :func:`data_only` (no fault, or only
+to them instead of starting new processes, if its plan is data-only (no fault, or only
 faults that change the data a rank sees: ``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``).
 Only a world whose last run completed under such a plan, whose ranks all reported no leftover
 state (see ``rank.leftover_state``) and that :func:`settled` (no collective left unmatched) goes
@@ -28,6 +28,7 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import set_spawning_popen
 
 from ddpfaults.engine import census
+from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.rank import tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
@@ -208,19 +209,13 @@ class _ProbePopen(popen_forkserver.Popen):
         self.pid = forkserver.read_signed(self.sentinel)
 
 
-def data_only(faults) -> bool:
-    """True if every fault of the plan (none: True) only changes the data its ranks see: its class declares
-    ``data_only = True`` itself (:attr:`~ddpfaults.faults.Fault.data_only`; a subclass inheriting it is not)."""
-    return all(vars(type(fault)).get("data_only", False) is True for fault in faults)
-
-
-def keep(ranks: RankSet, faults, result) -> bool:
-    """True if ``ranks`` may go back to the pool after ``result`` under ``faults``: a :func:`data_only` plan, a
-    world that :func:`settled`, and a flight record not past :data:`RECORD_LIMIT` (counting this job) unless every
-    rank emptied its record as the job started."""
+def keep(ranks: RankSet, faults: Plan, result) -> bool:
+    """True if ``ranks`` may go back to the pool after ``result`` under ``faults``: a data-only plan (its word:
+    :attr:`~ddpfaults.faults.Plan.data_only`), a world that :func:`settled`, and a flight record not past
+    :data:`RECORD_LIMIT` (counting this job) unless every rank emptied its record as the job started."""
     if not all(_fresh_record(r) for r in result.ranks):
         ranks.recorded += max((len(r.collectives) for r in result.ranks), default=0)
-    return data_only(faults) and settled(result) and ranks.recorded <= RECORD_LIMIT
+    return faults.data_only and settled(result) and ranks.recorded <= RECORD_LIMIT
 
 
 def _fresh_record(rank) -> bool:

@@ -16,20 +16,22 @@ rank enters a collective (``before_collective``). So the code under test needs n
 Whenever a fault takes effect it is recorded as fired, and only then: a checkpoint fault fires when it tears
 or kills a save, ``UnevenInputs`` when it cuts a loader short. A plan is validated in one place,
 :func:`~ddpfaults.faults.base.check_plan` (a list of faults, no two in conflict on one rank and step) and
-:func:`check_faults` (against a world).
+:func:`check_faults` (against a world), into a :class:`Plan` carried as it is from where it entered to the ranks;
+a plan knows whether it only changes data (:attr:`Plan.data_only`).
 
 This package holds the values only: :mod:`~ddpfaults.faults.base` (the base class and its
 validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data`,
 :mod:`~ddpfaults.faults.checkpoint`, :mod:`~ddpfaults.faults.memory` and :mod:`~ddpfaults.faults.link`
-(the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does to a batch of any layout). The code
-that carries out a checkpoint, memory or link fault inside a rank is :mod:`ddpfaults.rank.checkpoint`,
-:mod:`ddpfaults.rank.memory`, :mod:`ddpfaults.rank.links`; importing this package imports none of them nor torch.
+(the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does to a batch of any layout). The effect of a
+checkpoint, memory or ``DroppedLink`` fault inside a rank needs the rank's machinery: it lives in
+:mod:`ddpfaults.rank.effects`, which looks the kind up; this package never imports the rank side (nor torch at
+import).
 """
 
 from __future__ import annotations
 
 from ddpfaults.errors import FaultError
-from ddpfaults.faults.base import Fault, check_faults
+from ddpfaults.faults.base import Fault, Plan, check_faults
 from ddpfaults.faults.batches import register_empty_batch, zero_instance_target
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
@@ -45,6 +47,7 @@ __all__ = [
     "FaultError",
     "LinkDropped",
     "OutOfMemory",
+    "Plan",
     "RankCrash",
     "RankKilled",
     "RankOnlyBarrier",

@@ -4,7 +4,8 @@ A fault is a value: a set of ranks, optionally a set of steps, and (in a subclas
 Its constructor is keyword-only and validates its arguments (a positional, unknown or missing argument is a
 :class:`~ddpfaults.errors.FaultArgumentError`), ``check_world(world_size)`` validates it against a world, and
 its ``repr`` is valid Python rebuilding it. :func:`check_plan` validates a plan (a list of faults, no two in
-conflict), :func:`check_faults` a plan against a world: the one place plans are validated.
+conflict), :func:`check_faults` a plan against a world: the one place plans are validated, into a :class:`Plan`
+that is carried from there on.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Fault:
     ends_rank = False
     #: True for a fault that only changes the data a rank sees (which batches, what is in them) and leaves nothing
     #: behind in the rank process once its job ends: a world that completed cleanly under a plan of such faults
-    #: goes back to the pool like a fault-free one (see ``ddpfaults.engine.launcher.data_only``). Each class
+    #: goes back to the pool like a fault-free one (see :attr:`Plan.data_only`). Each class
     #: declares it itself: a subclass that does not is not data-only (it may add an effect of its own).
     data_only = False
 
@@ -271,9 +272,36 @@ def as_plan(faults) -> tuple[Fault, ...]:
     return faults
 
 
-def check_plan(faults) -> tuple[Fault, ...]:
-    """A fault plan as a tuple (:func:`as_plan`), validated without a world: no two of its faults in
-    :func:`conflict`. A :class:`~ddpfaults.errors.FaultError` names both faults otherwise."""
+class Plan(tuple):
+    """A validated fault plan: its faults in the order given (a fault's index is its place in the plan, as fired
+    events and reports name it), no two in :func:`conflict`; ``world_size``: the world it was checked against (None:
+    none yet). Made where a plan enters (a call, a declaration, ``--faults``) by :func:`check_plan` or
+    :func:`check_faults`, and carried as it is: checking it again for the same world does nothing. Equal to the tuple
+    of its faults; pickled as it is (a rank takes it unchecked)."""
+
+    world_size: int | None
+
+    def __new__(cls, faults: Iterable[Fault] = (), world_size: int | None = None):
+        plan = super().__new__(cls, faults)
+        plan.world_size = world_size
+        return plan
+
+    def __reduce__(self):
+        return (Plan, (tuple(self), self.world_size))
+
+    @property
+    def data_only(self) -> bool:
+        """True if every fault of the plan (none: True) only changes the data its ranks see: its class declares
+        :attr:`Fault.data_only` itself (a subclass inheriting it is not). Such a plan runs on a warm world and leaves
+        it fit for the next run."""
+        return all(vars(type(fault)).get("data_only", False) is True for fault in self)
+
+
+def check_plan(faults) -> Plan:
+    """A fault plan (:func:`as_plan`) validated without a world: no two of its faults in :func:`conflict`. A
+    :class:`~ddpfaults.errors.FaultError` names both faults otherwise; a :class:`Plan` is returned as it is."""
+    if isinstance(faults, Plan):
+        return faults
     faults = as_plan(faults)
     for j, second in enumerate(faults):
         for i, first in enumerate(faults[:j]):
@@ -283,12 +311,15 @@ def check_plan(faults) -> tuple[Fault, ...]:
                     f"faults[{i}] {first!r} and faults[{j}] {second!r} conflict {why}; "
                     f"move one to another rank or step, or drop one"
                 )
-    return faults
+    return Plan(faults)
 
 
-def check_faults(faults: Iterable[Fault], world_size: int) -> tuple[Fault, ...]:
-    """Validate a fault plan (:func:`check_plan`) against a world of ``world_size`` ranks; return it as a tuple."""
-    faults = check_plan(faults)
-    for fault in faults:
+def check_faults(faults: Iterable[Fault], world_size: int) -> Plan:
+    """A fault plan (:func:`check_plan`) validated against a world of ``world_size`` ranks; a :class:`Plan` already
+    checked against that world is returned as it is."""
+    plan = check_plan(faults)
+    if plan.world_size == world_size:
+        return plan
+    for fault in plan:
         fault.check_world(world_size)
-    return faults
+    return Plan(plan, world_size)
