@@ -150,10 +150,11 @@ def _listing(imports) -> str:
 # -- import cycles ---------------------------------------------------------------------------------
 
 
-def _graph(kinds: set[str]) -> dict[str, dict[str, list[Import]]]:
-    """module -> imported ddpfaults module -> the imports making that edge (self-imports dropped)."""
+def _graph(kinds: set[str], imports=None) -> dict[str, dict[str, list[Import]]]:
+    """module -> imported ddpfaults module -> the imports making that edge (self-imports dropped); ``imports``:
+    the package's own unless given."""
     graph: dict[str, dict[str, list[Import]]] = {m: {} for m in _package_files()}
-    for i in package_imports():
+    for i in package_imports() if imports is None else imports:
         if i.kind in kinds and i.target is not None and i.target != i.source:
             graph[i.source].setdefault(i.target, []).append(i)
     return graph
@@ -250,6 +251,26 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert _shortest_cycle(graph, ["a", "b", "c"]) == ["a", "b", "c", "a"]
 
 
+def test_a_planted_function_level_cycle_is_found():
+    """The graph the function-level rule checks counts an import inside a function: a module importing another at
+    module level, which imports it back inside a function, is a cycle there (and only there)."""
+    planted = [
+        *_imports_of_source("from ddpfaults.rank import links\n", "ddpfaults.faults.link", "ddpfaults.faults"),
+        *_imports_of_source("def drop():\n    from ddpfaults.faults import link\n", "ddpfaults.rank.links", ""),
+    ]
+    assert [i.kind for i in planted] == ["module", "function"]
+    assert _strongly_connected(_graph({"module", "function"}, planted)) == [
+        ["ddpfaults.faults.link", "ddpfaults.rank.links"]
+    ]
+    assert _strongly_connected(_graph({"module"}, planted)) == []
+
+
+def _imports_of_source(source: str, module: str, package: str) -> list[Import]:
+    collector = _Collector(module, _package_files()[module], package or module.rpartition(".")[0])
+    collector.visit(ast.parse(source))
+    return collector.found
+
+
 def test_import_resolution():
     """The resolver maps each import form to the module it loads (a check of the graph the rules rely on)."""
     assert _resolve("ddpfaults.judge.results") == "ddpfaults.judge.results"
@@ -312,6 +333,26 @@ def test_faults_import_no_rank_engine_toy_or_torch_at_module_level():
         and (_under(i.target, *forbidden) or _under(i.raw, "torch"))
     ]
     assert not bad, "module-level imports the faults must not make:\n" + _listing(bad)
+
+
+def test_faults_never_import_the_rank_side():
+    """ddpfaults/faults/ imports nothing of ddpfaults.rank at any level (module, function or TYPE_CHECKING): faults are
+    values; a kind's effect that needs the rank's machinery lives in ddpfaults.rank.effects, which looks the kind up
+    (the arrow runs from the rank side to the faults, never back)."""
+    bad = [i for i in package_imports() if _under(i.source, "ddpfaults.faults") and _under(i.target, "ddpfaults.rank")]
+    assert not bad, "the faults import the rank side:\n" + _listing(bad)
+
+
+def test_no_eval_or_exec_in_the_package():
+    """No module of ddpfaults calls ``eval`` or ``exec``: text (a ``--faults`` plan, a replay command's plan) is
+    parsed (``ddpfaults.faults.plan``, ``ast.literal_eval``), never evaluated."""
+    calls = [
+        f"  {path.relative_to(ROOT)}:{node.lineno}: {node.func.id}(...)"
+        for path in _package_files().values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec")
+    ]
+    assert not calls, "eval/exec in the package:\n" + "\n".join(calls)
 
 
 SCENARIO_API = ("ddpfaults", "ddpfaults.faults", "ddpfaults.remedies")

@@ -1,8 +1,9 @@
 """Checkpoint faults: the writer rank's ``torch.save`` is torn or killed halfway.
 
 These are values like every fault; their effect is the interception of ``torch.save`` /
-``torch.load`` in :mod:`ddpfaults.rank.checkpoint`, which a fault arms through the rank context
-it is given inside a rank, so the code under test needs no change.
+``torch.load`` in :mod:`ddpfaults.rank.checkpoint`, armed inside a rank when a step a fault applies to starts
+(:mod:`ddpfaults.rank.effects`), so the code under test needs no change. Arming is not firing: the fault fires
+when the writer's save is torn or killed (a step without a save leaves it unfired).
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ class _CheckpointFault(Fault):
         """Every rank: a checkpoint fault's handshake (flag files keyed by step) involves the readers too."""
         return None
 
-    def arm(self, ctx) -> None:
-        """Arm the torch.save/torch.load interception in this rank (idempotent). Not an effect: the fault fires
-        when the writer's save is torn or killed (a step without a save leaves it unfired)."""
-        ctx.intercept_checkpoints()
-
     def same_effect(self, other: Fault) -> str | None:
         """Two checkpoint faults at one step: the first takes the writer's save (and the step's handshake)."""
         return "interrupt the step's torch.save" if isinstance(other, _CheckpointFault) else None
@@ -54,17 +50,13 @@ class TornCheckpointWrite(_CheckpointFault):
     Deterministic, no sleeps: a reader's ``torch.load`` at that step first waits for the writer to
     be mid-file, so a reader that does not synchronise reads a truncated file
     (``failed finding central directory``); a reader behind a barrier never sees it. The
-    handshake uses flag files in ``ctx.shared_dir``. Applies on every rank (readers take part).
+    handshake uses flag files in ``ctx.shared_dir``. Applies on every rank (readers take part: a reader notes
+    each collective it enters, so the writer stops holding for a reader blocked there).
     """
 
     def applies(self, rank: int, step: int | None) -> bool:
         """Every rank, at the fault's steps: the writer tears, the readers take part in the handshake."""
         return self.steps is None or (step is not None and step in self.steps)
-
-    def skips_collective(self, ctx, op: str) -> bool:
-        """On a reader, note the collective it enters (the writer stops holding for a reader blocked there)."""
-        ctx.note_torn_collective(self.writer)
-        return False
 
 
 class WriterKilledMidSave(_CheckpointFault):

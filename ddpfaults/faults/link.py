@@ -58,25 +58,13 @@ class DroppedLink(_LinkFault):
     gloo TCP connection of the rank is shut down (both directions) and the rank raises :class:`LinkDropped` there
     instead of running the collective; its peers, in or entering that collective, get gloo's "Connection closed by
     peer". All peers at once: one peer alone cannot be chosen (gloo's sockets do not say which rank is at their
-    other end). It fires only if a connection was shut down.
+    other end). It fires only if a connection was shut down. Carried out inside the rank by
+    :mod:`ddpfaults.rank.effects` (with :mod:`ddpfaults.rank.links`).
 
     Why the rank raises its own error: with gloo's message on every rank (the dropping rank reads end-of-file
     too), every failure looks like a consequence of another's and the judge named whichever rank raised first
     (rank 0, 1 or 2 across 6 runs of a 3-rank world).
     """
-
-    def before_collective(self, ctx, op: str) -> str | None:
-        """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
-        if not (self.matches(op) and ctx.once(self)):
-            return None
-        from ddpfaults.rank import links
-
-        dropped = links.drop_all()
-        if not dropped:
-            return None
-        ctx.record_links_dropped(dropped)
-        ctx.record_fired(self, f"shut down its {dropped} gloo connection(s) entering {op}", effect="at_collective")
-        raise LinkDropped(f"rank {ctx.rank}'s links to its peers dropped entering {op} (injected by {self!r})")
 
     def same_effect(self, other: Fault) -> str | None:
         """Two drops of overlapping ops: the first leaves the second no connection to drop."""

@@ -1,5 +1,5 @@
 """``OutOfMemory``: one rank runs out of memory at a step (a batch too large for its host, a leak reaching the
-limit). Carried out by :mod:`ddpfaults.rank.memory`."""
+limit). Carried out inside the rank by :mod:`ddpfaults.rank.effects` (with :mod:`ddpfaults.rank.memory`)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,6 @@ class OutOfMemory(Fault):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
-
-    def arm(self, ctx) -> None:
-        """Limit the rank's address space (lifted when its next step starts, or its job ends)."""
-        from ddpfaults.rank import memory
-
-        done = memory.limit(MARGIN)
-        if done is None:
-            ctx.record_fired(self, "raised MemoryError: the address space could not be limited", effect="memory")
-            raise MemoryError("injected out of memory (the address space could not be limited)")
-        ctx.record_fired(self, done, effect="memory")
 
     def same_effect(self, other: Fault) -> str | None:
         """Two OutOfMemory of one rank and step set one limit."""

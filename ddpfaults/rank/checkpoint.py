@@ -1,11 +1,11 @@
 """Checkpoint faults taking effect inside a rank: ``torch.save`` / ``torch.load`` interception.
 
-A checkpoint fault (:mod:`ddpfaults.faults.checkpoint`) calls :func:`install` when a step it applies
-to starts; from then on this process's ``torch.save`` and ``torch.load`` consult the current rank
-context and are inert unless a checkpoint fault applies at its current step. The writer's save is
-written half, then torn (held until every reader took part) or killed; a reader's load at a torn
-step first waits for the writer to be mid-file. The handshake uses flag files in ``ctx.shared_dir``,
-never sleeps guessed from timings.
+A checkpoint fault (:mod:`ddpfaults.faults.checkpoint`) has :func:`install` called when a step it applies
+to starts (:mod:`ddpfaults.rank.effects`); from then on this process's ``torch.save`` and ``torch.load`` consult
+the running job's rank context (:mod:`ddpfaults.rank.running`) and are inert unless a checkpoint fault applies at
+its current step. The writer's save is written half, then torn (held until every reader took part) or killed; a
+reader's load at a torn step first waits for the writer to be mid-file. The handshake uses flag files in
+``ctx.shared_dir``, never sleeps guessed from timings.
 
 This module lives under ``ddpfaults/rank/`` on purpose: its frames count as machinery
 (:func:`ddpfaults.rank.context.is_machinery`), never as the site of a user's error.
@@ -23,20 +23,17 @@ import weakref
 import torch
 
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave, _CheckpointFault
+from ddpfaults.rank import running
 
 #: upper bound of any checkpoint handshake wait: only reached if a peer died before taking part
 HANDSHAKE_LIMIT = 30.0
 
 #: traced collectives each rank context entered at torn steps (one counter per job's context)
 _entered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_current = None  # () -> the rank context of the running job (None between jobs); given by install()
 
 
-def install(current) -> None:
-    """Route this process's torch.save / torch.load through the armed checkpoint faults (patched once);
-    ``current()`` gives the running job's rank context."""
-    global _current
-    _current = current
+def install() -> None:
+    """Route this process's torch.save / torch.load through the armed checkpoint faults (patched once)."""
     if getattr(torch.save, "__ddpfaults_checkpoint__", False):
         return
     original_save, original_load = torch.save, torch.load
@@ -106,7 +103,7 @@ def _wait_for(condition) -> bool:
 
 def _armed(kind) -> tuple:
     """The current rank context and its checkpoint faults of ``kind`` that apply now (none between jobs)."""
-    ctx = _current() if _current is not None else None
+    ctx = running.current()
     if ctx is None:
         return None, []
     return ctx, [f for f in ctx.faults if isinstance(f, kind) and f.applies(ctx.rank, ctx.current_step)]

@@ -16,7 +16,7 @@ import torch.distributed.distributed_c10d as c10d
 from ddpfaults import events
 from ddpfaults.faults import Fault
 from ddpfaults.faults.step import DDP_BUCKET
-from ddpfaults.rank import checkpoint, memory
+from ddpfaults.rank import effects
 from ddpfaults.spec import RunSpec
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,6 @@ _MACHINERY = (
     *(os.path.join(_PACKAGE_DIR, sub) + os.sep for sub in ("rank", "faults", "torchrun")),
 )
 
-_current: RankContext | None = None
 _local = threading.local()  # .inside: a traced call is in progress on this thread (no nested records)
 
 
@@ -142,22 +141,14 @@ class RankContext:
         """Announce that this rank starts step ``i``; applies the step faults for this rank."""
         self.current_step = int(i)
         self._events.emit("step", step=self.current_step, clock=self.clock or "ctx.step", pg_seq=default_group_seq())
-        memory.restore()  # an OutOfMemory limit lasts until the rank's next step
+        effects.step_starts()
         active = self._active()
         for fault in active:
-            fault.arm(self)
+            effects.arm(self, fault)
         for fault in active:
             if type(fault).on_step is not Fault.on_step:
                 self.record_fired(fault, "on_step", effect="on_step", signal=fault.kills_with)
                 fault.on_step(self)
-
-    def intercept_checkpoints(self) -> None:
-        """Route this process's torch.save / torch.load through the checkpoint faults (idempotent)."""
-        checkpoint.install(current)
-
-    def note_torn_collective(self, writer: int) -> None:
-        """A reader entering a collective at a torn-checkpoint step tells the writer (which stops holding)."""
-        checkpoint.note_collective(self, writer)
 
     def log(self, message: str) -> None:
         """Record a free-form message in this rank's timeline (counts as progress)."""
@@ -195,11 +186,6 @@ class RankContext:
             return False
         self._fired_once.add(key)
         return True
-
-    def record_links_dropped(self, count: int) -> None:
-        """Record that ``count`` gloo connections of this rank were shut down: its peers read end-of-file, whether the
-        rank lives on or not (the judge never counts on it to keep them waiting)."""
-        self._events.emit("links_dropped", count=count, step=self.current_step)
 
     def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None) -> None:
         """Record in this rank's timeline that ``fault`` took effect: ``how`` says what it did in words, ``effect``
@@ -329,7 +315,7 @@ def building_traced_ddp() -> bool:
 def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
     """When a fault skips this DDP gradient bucket's all_reduce: a done future holding the rank's own gradients."""
     for fault in ctx._active():
-        if fault.skips_collective(ctx, DDP_BUCKET):
+        if effects.skips_collective(ctx, fault, DDP_BUCKET):
             ctx.record_fired(fault, f"skipped the all_reduce of DDP gradient bucket {bucket.index()}", effect="skipped")
             future = torch.futures.Future()
             future.set_result(bucket.buffer())
@@ -340,17 +326,6 @@ def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
 def entering(ctx: RankContext, op: str) -> None:
     """The rank enters collective ``op`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that act there."""
     for fault in ctx._active():
-        done = fault.before_collective(ctx, op)
+        done = effects.before_collective(ctx, fault, op)
         if done is not None:
             ctx.record_fired(fault, done, effect="at_collective")
-
-
-def current() -> RankContext | None:
-    """The context of the job running in this rank process (None outside a job, and in the launcher)."""
-    return _current
-
-
-def activate(ctx: RankContext | None) -> None:
-    """Make ``ctx`` the context the tracing records into (None: record nothing)."""
-    global _current
-    _current = ctx

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, memory
+from ddpfaults.rank import context, effects, running
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -68,7 +68,7 @@ def run_job(
     is not reported when ``still_reporting()`` says the world was already judged.
     """
     seed_everything(ctx.seed)
-    context.activate(ctx)
+    running.activate(ctx)
     result = {"value": None, "error": None, "traceback": None, "site": None}
     try:
         fn, args, kwargs = load()
@@ -85,7 +85,7 @@ def run_job(
                 f"which cannot be pickled back to the launcher ({error_text(exc)})"
             ) from None
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported, not propagated
-        memory.restore()  # an OutOfMemory limit must not stop the report
+        effects.job_ends()
         if not still_reporting():
             return result
         result.update(error=error_text(exc), traceback=traceback.format_exc(), site=error_site(exc))
@@ -100,8 +100,8 @@ def run_job(
         sys.stderr.write(result["traceback"])
         sys.stderr.flush()
         return result
-    memory.restore()
-    context.activate(None)
+    effects.job_ends()
+    running.activate(None)
     left = leftovers()
     publish(result)
     ends = {"exits": True} if process_ends else {}

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.errors import ScriptError
-from ddpfaults.rank import context, seams
+from ddpfaults.rank import context, running, seams
 
 LOOPBACK = "127.0.0.1"
 
@@ -90,7 +90,7 @@ def _traced_init(original):
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
         global _initialised
-        ctx = context.current()
+        ctx = running.current()
         if ctx is None:
             return original(*args, **kwargs)
         seq = ctx._enter("init_process_group", [], context.call_site())

@@ -28,7 +28,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ddpfaults.rank import context
+from ddpfaults.rank import context, running
 from ddpfaults.spec import STEP_CLOCKS
 
 OPTIMIZER, DATALOADER = STEP_CLOCKS
@@ -82,7 +82,7 @@ def process_group_ready(ctx) -> None:
 
 
 def _optimizer_stepped(optimizer, args, kwargs) -> None:
-    ctx = context.current()
+    ctx = running.current()
     if ctx is not None and ctx.clock == OPTIMIZER:
         ctx.step(1 if ctx.current_step is None else ctx.current_step + 1)
 
@@ -90,7 +90,7 @@ def _optimizer_stepped(optimizer, args, kwargs) -> None:
 def _next_batch(original):
     @functools.wraps(original)
     def __next__(self):
-        ctx = context.current()
+        ctx = running.current()
         if ctx is None:
             return original(self)
         yielded = getattr(self, "_ddpfaults_yielded", 0)
@@ -129,7 +129,7 @@ def _next_batch(original):
 def _construct_ddp(original):
     @functools.wraps(original)
     def __init__(self, module, *args, **kwargs):
-        ctx = context.current()
+        ctx = running.current()
         for fault in ctx.seam_faults() if ctx is not None else ():
             changed = fault.ddp_kwargs(ctx.rank, args, kwargs)
             if changed is not None:

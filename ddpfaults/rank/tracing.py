@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults.step import COLLECTIVE_OPS
-from ddpfaults.rank import context
+from ddpfaults.rank import effects, running
 from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
@@ -68,12 +68,12 @@ def _call_facts(original, args, kwargs) -> dict:
 
 
 def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", skippable: bool):
-    ctx = context.current()
+    ctx = running.current()
     if ctx is None or getattr(_local, "inside", False):
         return original(*args, **kwargs)
     if skippable:
         for fault in ctx._active():
-            if fault.skips_collective(ctx, op):
+            if effects.skips_collective(ctx, fault, op):
                 ctx.record_fired(fault, f"skipped {op}", effect="skipped")
                 return None
         entering(ctx, op)

@@ -359,9 +359,9 @@ class JoinLate:
 
 
 def _join_late(fail, late, delay, steps):
-    from ddpfaults.rank import context
+    from ddpfaults.rank import running
 
-    rank = context.current().rank
+    rank = running.current().rank
     if rank == fail:
         raise ValueError(f"rank {rank} found no data")
     if rank == late:

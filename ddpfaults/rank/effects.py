@@ -1,0 +1,113 @@
+"""What a fault does inside a rank, for the kinds whose effect needs the rank's machinery: the one place each such
+kind's rank-side effect lives (the faults never import the rank side; a fault value names its kind, the rank side
+looks the effect up here).
+
+- ``OutOfMemory``: the rank's address space is limited when its step starts (:mod:`ddpfaults.rank.memory`), and
+  lifted when its next step starts or its job ends;
+- the checkpoint faults (``TornCheckpointWrite``, ``WriterKilledMidSave``): ``torch.save``/``torch.load`` are
+  intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
+  collectives it enters, so the writer stops holding for a reader blocked there;
+- ``DroppedLink``: the rank's gloo connections are shut down as it enters the collective
+  (:mod:`ddpfaults.rank.links`), and it raises :class:`~ddpfaults.faults.LinkDropped` there.
+
+Every other kind carries its effect in its own hooks (:class:`~ddpfaults.faults.Fault`'s ``arm``, ``on_step``,
+``skips_collective``, ``before_collective``, ``on_batch``...): the functions below fall back to them, so the rank
+context and the job runner call one function per moment and know no kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, TornCheckpointWrite
+from ddpfaults.faults.checkpoint import _CheckpointFault
+from ddpfaults.faults.memory import MARGIN
+from ddpfaults.rank import checkpoint, links, memory
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A kind's effect at each moment of a rank (None: the fault's own hook): ``arm(ctx, fault)`` when a step it
+    applies to starts, ``skips_collective(ctx, fault, op)`` and ``before_collective(ctx, fault, op)`` as the rank
+    enters a collective where it applies."""
+
+    arm: Callable | None = None
+    skips_collective: Callable | None = None
+    before_collective: Callable | None = None
+
+
+def _limit_memory(ctx, fault: OutOfMemory) -> None:
+    """Limit the rank's address space (lifted when its next step starts, or its job ends)."""
+    done = memory.limit(MARGIN)
+    if done is None:
+        ctx.record_fired(fault, "raised MemoryError: the address space could not be limited", effect="memory")
+        raise MemoryError("injected out of memory (the address space could not be limited)")
+    ctx.record_fired(fault, done, effect="memory")
+
+
+def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:
+    """Route this process's torch.save/torch.load through the checkpoint faults (idempotent). Not an effect yet: the
+    fault fires when the writer's save is torn or killed (a step without a save leaves it unfired)."""
+    checkpoint.install()
+
+
+def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str) -> bool:
+    """A reader entering a collective at a torn step tells the writer (which stops holding); it skips nothing."""
+    checkpoint.note_collective(ctx, fault.writer)
+    return False
+
+
+def _drop_links(ctx, fault: DroppedLink, op: str) -> str | None:
+    """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
+    if not (fault.matches(op) and ctx.once(fault)):
+        return None
+    dropped = links.drop_all()
+    if not dropped:
+        return None
+    # its peers read end-of-file, whether the rank lives on or not: the judge never counts on it to keep them waiting
+    ctx._events.emit("links_dropped", count=dropped, step=ctx.current_step)
+    ctx.record_fired(fault, f"shut down its {dropped} gloo connection(s) entering {op}", effect="at_collective")
+    raise LinkDropped(f"rank {ctx.rank}'s links to its peers dropped entering {op} (injected by {fault!r})")
+
+
+#: the kinds whose effect lives here (a subclass takes its nearest base's)
+EFFECTS = {
+    OutOfMemory: Effect(arm=_limit_memory),
+    _CheckpointFault: Effect(arm=_intercept_checkpoints),
+    TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
+    DroppedLink: Effect(before_collective=_drop_links),
+}
+
+
+def _effect(fault) -> Effect:
+    return next((EFFECTS[kind] for kind in type(fault).__mro__ if kind in EFFECTS), Effect())
+
+
+def arm(ctx, fault) -> None:
+    """A step ``fault`` applies to starts on ``ctx``'s rank: prepare its effect (before any fault acts there)."""
+    hook = _effect(fault).arm
+    hook(ctx, fault) if hook is not None else fault.arm(ctx)
+
+
+def skips_collective(ctx, fault, op: str) -> bool:
+    """True if ``fault`` makes ``ctx``'s rank skip collective ``op`` (where it applies)."""
+    hook = _effect(fault).skips_collective
+    return hook(ctx, fault, op) if hook is not None else fault.skips_collective(ctx, op)
+
+
+def before_collective(ctx, fault, op: str) -> str | None:
+    """What ``fault`` did as ``ctx``'s rank entered collective ``op`` (where it applies, unless skipped); None."""
+    hook = _effect(fault).before_collective
+    return hook(ctx, fault, op) if hook is not None else fault.before_collective(ctx, op)
+
+
+def step_starts() -> None:
+    """A rank's next step starts: what an effect holds only until then ends (an ``OutOfMemory`` limit)."""
+    memory.restore()
+
+
+def job_ends() -> None:
+    """A rank's job ends (returned or raised): what an effect holds within a job ends, before the job's report (an
+    ``OutOfMemory`` limit must not stop it; a warm rank runs the next job unlimited)."""
+    memory.restore()
