@@ -255,7 +255,7 @@ def _reap(results) -> None:
     process groups, what is below them, the fork server's orphans; except ranks the engine keeps warm in its pool
     on purpose), and say so."""
     from ddpfaults.engine import census
-    from ddpfaults.rank import tree
+    from ddpfaults.proc import tree
 
     warm = census.POOLED
     left = census.survivors([r.pid for world in results for r in world.ranks if r.pid and r.pid not in warm])

@@ -1,7 +1,7 @@
 """Find processes a world left behind: its ranks, anything in their process groups, and everything below them.
 
 What a rank starts can leave its process group and session (a child in a session of its own, a daemon's double
-fork). It stays below the rank, which is a child subreaper (see :mod:`ddpfaults.rank.tree`); and once the rank is
+fork). It stays below the rank, which is a child subreaper (see :mod:`ddpfaults.proc.tree`); and once the rank is
 gone, below the fork server, which is one too (:mod:`ddpfaults.rank.forkserver`): a child of the fork server that
 is no process this launcher started is such an orphan. The fork server is shared by every world of this process,
 so an orphan cannot be told apart by world: it counts (and is killed) with any world closed after it appeared.
@@ -10,20 +10,14 @@ so an orphan cannot be told apart by world: it counts (and is killed) with any w
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.forkserver
 import os
 
-from ddpfaults.rank import tree
+from ddpfaults.proc import mp_private, tree
 
 #: pid of every rank process started by this launcher process (each is also its process group id)
 LAUNCHED: list[int] = []
 #: ranks deliberately kept alive in a warm world (see ddpfaults.engine.pool); not counted as survivors
 POOLED: set[int] = set()
-
-
-def fork_server() -> int | None:
-    """The pid of this process's multiprocessing fork server, None if none was started."""
-    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
 
 
 def _cmdline(pid: int) -> str:
@@ -43,7 +37,7 @@ def survivors(pids=None) -> list[tuple[int, str]]:
     """
     ranks = set(LAUNCHED) - POOLED if pids is None else set(pids)
     table = tree.snapshot()
-    server = fork_server()
+    server = mp_private.fork_server_pid()
     parents = {os.getpid(), server}
     # a rank's pid once it is gone may be any process's by now: only a child of ours is that rank
     roots = {p.pid for p in table.values() if p.pid in ranks and p.ppid in parents}

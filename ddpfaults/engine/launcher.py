@@ -20,7 +20,7 @@ from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
-from ddpfaults.rank import tree
+from ddpfaults.proc import tree
 from ddpfaults.rank.main import Job
 from ddpfaults.spec import RunSpec, StopReason, check_call, output_problem, settings_given
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import multiprocessing
 import os
 import shutil
@@ -24,13 +23,12 @@ import tempfile
 import threading
 import time
 import types
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
-from multiprocessing.context import set_spawning_popen
+from multiprocessing import forkserver
 
 from ddpfaults.engine import census
 from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
-from ddpfaults.rank import tree
+from ddpfaults.proc import mp_private, tree
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
@@ -168,7 +166,7 @@ def fork_server_ready(timeout: float) -> bool:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
     forkserver.ensure_running()
-    server = census.fork_server()
+    server = mp_private.fork_server_pid()
     if server == _fork_server["pid"]:
         return True
     probe = _fork_server["probe"]
@@ -176,7 +174,9 @@ def fork_server_ready(timeout: float) -> bool:
 
         def first_fork():
             try:
-                _ProbePopen(ctx.Process(target=os._exit, args=(0,), name="ddpfaults-fork-server-probe")).wait()
+                mp_private.ProbePopen(
+                    ctx.Process(target=os._exit, args=(0,), name="ddpfaults-fork-server-probe")
+                ).wait()
             finally:  # a probe that fails to launch leaves the ranks' own start to wait for the server, as without it
                 _fork_server["pid"] = server
 
@@ -184,29 +184,6 @@ def fork_server_ready(timeout: float) -> bool:
         probe.start()
     probe.join(max(timeout, 0.0))
     return _fork_server["pid"] == server
-
-
-class _ProbePopen(popen_forkserver.Popen):
-    """multiprocessing's fork-server launch, minus the instruction to re-run the launcher's ``__main__`` in the
-    child (the probe runs ``os._exit``; ranks hide ``__main__`` the same way, see :func:`_main_hidden`).
-    Launched from a thread, it cannot swap ``sys.modules["__main__"]`` under the launcher's feet."""
-
-    def _launch(self, process_obj):
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
 
 
 def keep(ranks: RankSet, faults: Plan, result) -> bool:

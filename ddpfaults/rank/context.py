@@ -4,7 +4,6 @@ current context is :mod:`ddpfaults.rank.tracing`)."""
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ import torch.distributed.distributed_c10d as c10d
 from ddpfaults import events
 from ddpfaults.faults import Fault
 from ddpfaults.faults.step import DDP_BUCKET
-from ddpfaults.rank import effects
+from ddpfaults.rank import effects, torch_private
 from ddpfaults.spec import RunSpec
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,8 +70,8 @@ def default_group_seq() -> int | None:
             return None
         if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
             return None
-        group = c10d._get_default_group()
-        status = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(False, False, False)).get("pg_status") or {}
+        group = torch_private.default_group()
+        status = torch_private.flight_record(collectives=False, stacks=False).get("pg_status") or {}
         if _first_default is None:
             if set(status) - {_FIRST_GROUP_KEY}:
                 return None  # groups were made before this one: its key is unknown
@@ -292,7 +291,7 @@ class RankContext:
                 self._events.emit("ddp_finalize", pg_seq=default_group_seq(), step=self.current_step, **thread)
 
         try:
-            torch.autograd.Variable._execution_engine.queue_callback(announce)
+            torch_private.queue_after_backward(announce)
         except RuntimeError:
             self._last_bucket_launched = False
             return
@@ -302,7 +301,7 @@ class RankContext:
 def _is_default(group) -> bool:
     """True if ``group`` (None: the default) is the default process group."""
     try:
-        return group is None or group is c10d._get_default_group()
+        return group is None or group is torch_private.default_group()
     except (RuntimeError, ValueError):  # no default group
         return False
 

@@ -13,16 +13,12 @@ so a record that kept every earlier job's collectives made each job's dump slowe
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
-import functools
 import os
 import pickle
 import threading
 
-import torch
-
-from ddpfaults.rank import forkserver, native
+from ddpfaults.rank import forkserver, torch_private
 
 BUFFER_ENTRIES = "4000"  # collectives kept per rank (torch's ring buffer) unless the user set the variable
 POLL = 0.02  # seconds between looks at the request file
@@ -41,7 +37,7 @@ def dump(since_wall: float | None = None) -> bytes | None:
     then: a warm rank's job start, so a job's record holds that job's collectives, not every earlier job's (the
     judge reads no others, and reading them made each job slower than the last)."""
     try:
-        record = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, True, False))
+        record = torch_private.flight_record()
         groups = _process_groups()
     except Exception:  # noqa: BLE001 - no recorder (older torch, no process group): the tracing is the record
         return None
@@ -50,31 +46,6 @@ def dump(since_wall: float | None = None) -> bytes | None:
     if groups:
         record["pg_config"] = groups
     return pickle.dumps(record)
-
-
-#: torch's gloo flight recorder (``c10d::FlightRecorder<c10::Event>``): the pointer its ``get()`` keeps, and its
-#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and not bound to Python
-#: (torch 2.13's ``torch._C._distributed_c10d`` has only the dumps). ``reset_all`` starts a new epoch: a dump lists
-#: only the entries recorded since, and gloo retires entries by (id, epoch), so it keeps marking the new epoch's
-#: entries done.
-_RECORDER = b"_ZZN4c10d14FlightRecorderIN3c105EventEE3getEvE8instance"
-_RESET_ALL = b"_ZN4c10d14FlightRecorderIN3c105EventEE9reset_allEv"
-
-
-@functools.cache
-def _reset_all():
-    """``(address of the recorder pointer, reset_all)`` for this process's libtorch_cpu, or None if its symbol
-    table does not list both as expected (another build, another platform)."""
-    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    found = native.symbols(library, [_RECORDER, _RESET_ALL])
-    recorder, reset_all = found.get(_RECORDER), found.get(_RESET_ALL)
-    if recorder is None or reset_all is None:
-        return None
-    if (recorder.kind, recorder.size) != (native.STT_OBJECT, ctypes.sizeof(ctypes.c_void_p)):
-        return None
-    if reset_all.kind != native.STT_FUNC:
-        return None
-    return recorder.address, ctypes.CFUNCTYPE(None, ctypes.c_void_p)(reset_all.address)
 
 
 _forgets = None  # None: not tried yet in this process; then whether forgetting was seen to work
@@ -86,16 +57,16 @@ def forget() -> bool:
     or torch's symbols are not found, this returns False from then on (the dump's ``since_wall`` cut still keeps
     a job's collectives apart; the record just keeps growing)."""
     global _forgets
-    found = _reset_all()
-    if _forgets is False or found is None:
+    if _forgets is False:
         return False
-    recorder = ctypes.c_void_p.from_address(found[0]).value
-    if not recorder:  # no process group has made one yet: nothing is recorded
+    reset = torch_private.reset_flight_record()
+    if reset is None:
+        return False
+    if not reset:  # no process group has made one yet: nothing is recorded
         return True
-    found[1](recorder)
     if _forgets is None:
         try:
-            left = pickle.loads(torch._C._distributed_c10d._dump_fr_trace(True, False, False)).get("entries")
+            left = torch_private.flight_record(stacks=False).get("entries")
         except Exception:  # noqa: BLE001 - no dump to check against: do not rely on the reset
             left = None
         _forgets = left == []
@@ -104,9 +75,7 @@ def forget() -> bool:
 
 def _process_groups() -> dict:
     """``{name: {"name", "desc", "ranks"}}`` of this process's groups, as torch's analyzer expects them."""
-    from torch.distributed import distributed_c10d as c10d
-
-    world = c10d._world
+    world = torch_private.groups()
     found = {}
     for group, name in list(world.pg_names.items()):
         desc = "default_pg" if group is world.default_pg else getattr(group, "group_desc", "undefined")
@@ -176,4 +145,4 @@ class DumpOnRequest(threading.Thread):
 
 
 if forkserver.in_fork_server():  # resolved once there: every rank it forks inherits the addresses
-    _reset_all()
+    torch_private._reset_all()

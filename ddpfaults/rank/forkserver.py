@@ -32,7 +32,7 @@ import sys
 import time
 import warnings
 
-from ddpfaults.rank import tree
+from ddpfaults.proc import mp_private, tree
 
 #: what the kernel sends the fork server when the launcher dies (PR_SET_PDEATHSIG)
 SIGNAL = signal.SIGUSR2
@@ -45,13 +45,7 @@ _launcher_pid: int | None = None
 
 def in_fork_server() -> bool:
     """Whether this import runs from multiprocessing's fork server's ``main`` (its preload step)."""
-    server = sys.modules.get("multiprocessing.forkserver")
-    frame = sys._getframe(1)
-    while server is not None and frame is not None:
-        if frame.f_code is server.main.__code__:
-            return True
-        frame = frame.f_back
-    return False
+    return mp_private.in_fork_server_main(sys._getframe(1))
 
 
 def _install() -> None:
@@ -94,9 +88,7 @@ def _ranks_alive() -> bool:
 def _remove_socket_dir() -> None:
     """Remove the launcher's multiprocessing temp dir (``pymp-*``, holding this server's socket): the launcher's
     exit would have, had it run its clean-up."""
-    import multiprocessing.forkserver
-
-    address = multiprocessing.forkserver._forkserver._forkserver_address
+    address = mp_private.fork_server_address()
     if isinstance(address, str) and os.path.basename(os.path.dirname(address)).startswith("pymp-"):
         shutil.rmtree(os.path.dirname(address), ignore_errors=True)
 

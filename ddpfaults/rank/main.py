@@ -29,10 +29,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.faults import batches
-from ddpfaults.rank import context, flight, forkserver, seams, tracing, tree
+from ddpfaults.proc import tree
+from ddpfaults.rank import context, flight, forkserver, seams, torch_private, tracing
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -103,11 +103,9 @@ def _use_world_tmp(world_dir: str) -> None:
     """Point TMPDIR (and ``tempfile``, which caches it) at :func:`world_tmp`: what the job leaves in temp dirs (a
     script's scratch files, multiprocessing's ``pymp-*``) cannot outlive the world, even a rank killed mid-job.
     torch.compile's cache stays where it would have been (it defaults to a directory under TMPDIR)."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     tempfile.tempdir = None  # gettempdir() reads the job's environment again
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = torch_private.inductor_cache_dir()
     os.environ["TMPDIR"] = world_tmp(world_dir)
     tempfile.tempdir = None
 
@@ -158,8 +156,8 @@ def leftover_state(config: RankConfig, baseline: dict) -> list[str]:
     found = []
     if not dist.is_initialized():
         found.append("the default process group was destroyed")
-    elif len(c10d._world.pg_map) != 1:
-        found.append(f"{len(c10d._world.pg_map) - 1} extra process group(s) left open")
+    elif len(torch_private.groups().pg_map) != 1:
+        found.append(f"{len(torch_private.groups().pg_map) - 1} extra process group(s) left open")
     if torch.get_num_threads() != config.threads:
         found.append(f"torch threads changed to {torch.get_num_threads()}")
     if not torch.is_grad_enabled():

@@ -28,7 +28,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ddpfaults.rank import context, running
+from ddpfaults.rank import context, running, torch_private
 from ddpfaults.spec import STEP_CLOCKS
 
 OPTIMIZER, DATALOADER = STEP_CLOCKS
@@ -68,7 +68,7 @@ def keep_destroyed_groups() -> None:
     @functools.wraps(original)
     def destroy_process_group(group=None):
         everything = group is None or group is c10d.GroupMember.WORLD
-        _DESTROYED.extend(list(c10d._world.pg_map) if everything else [group])
+        _DESTROYED.extend(list(torch_private.groups().pg_map) if everything else [group])
         return original(group)
 
     destroy_process_group.__ddpfaults_original__ = original

@@ -287,10 +287,11 @@ def _verdict_published(store) -> bool:
 def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports: set, shared_dir: str) -> None:
     """Run the case's function on this rank; publish its result (before the end event) and return."""
     import torch
-    import torch._dynamo  # noqa: F401 - the first flight-recorder dump imports it (~1 s): at start-up, not the verdict
     import torch.distributed as dist
 
-    from ddpfaults.rank import flight, tracing
+    from ddpfaults.rank import flight, torch_private, tracing
+
+    torch_private.load_dynamo()  # the first flight-recorder dump imports it (~1 s): at start-up, not the verdict
     from ddpfaults.rank.context import RankContext
     from ddpfaults.rank.job import run_job
 

@@ -14,7 +14,7 @@ from ddpfaults import run_script, run_world
 from ddpfaults.engine import pool
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.watch import RankWatch
-from ddpfaults.rank.tree import runnable
+from ddpfaults.proc.tree import runnable
 from ddpfaults.spec import RunSpec
 
 BAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "bad_scripts.py")

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from ddpfaults.rank import flight, native
+from ddpfaults.rank import native, torch_private
 
 LIBTORCH = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
 #: exported by libtorch_cpu (libtorch_python calls it): the dynamic linker can say where it is
@@ -30,15 +30,15 @@ def test_an_exported_function_is_found_where_the_dynamic_linker_has_it():
 
 
 def test_the_flight_recorders_hidden_pointer_and_reset_are_found_inside_libtorch():
-    """What :func:`ddpfaults.rank.flight.forget` calls: not exported (the dynamic linker cannot find them), listed
-    in the symbol table as an 8-byte object and a function, both inside libtorch_cpu's mapping."""
-    found = native.symbols(LIBTORCH, [flight._RECORDER, flight._RESET_ALL])
-    for name in (flight._RECORDER, flight._RESET_ALL):
+    """What :func:`ddpfaults.rank.torch_private.reset_flight_record` calls: not exported (the dynamic linker cannot
+    find them), listed in the symbol table as an 8-byte object and a function, both inside libtorch_cpu's mapping."""
+    found = native.symbols(LIBTORCH, [torch_private._RECORDER, torch_private._RESET_ALL])
+    for name in (torch_private._RECORDER, torch_private._RESET_ALL):
         with pytest.raises(AttributeError):
             _exported_address(LIBTORCH, name)
     start = native.load_address(LIBTORCH)
-    assert found[flight._RECORDER][1:] == (8, native.STT_OBJECT)
-    assert found[flight._RESET_ALL].kind == native.STT_FUNC
+    assert found[torch_private._RECORDER][1:] == (8, native.STT_OBJECT)
+    assert found[torch_private._RESET_ALL].kind == native.STT_FUNC
     assert all(start < found[name].address < start + os.path.getsize(LIBTORCH) * 2 for name in found)
 
 
