@@ -35,11 +35,8 @@ from ddpfaults.rank.main import main as rank_main
 #: collectives a warm world's flight record may hold before the world is retired (killed, not pooled), where its
 #: ranks cannot empty the record as a job starts (``flight.forget``: torch's symbols not found). torch keeps
 #: every job's collectives in its ring buffer then; a rank writes only its job's (the judge reads no others), but
-#: torch's dump still copies out the whole buffer, so each job's dump is slower than the last. Measured (empty-batch
-#: trainer, 4 ranks, 14 collectives a job): a rank's dump takes 1.5 ms at 0-170 entries, 4.8 at 340-500, 10 at
-#: 500-840; a cold start costs about 125 ms more than a warm run. From these, retiring at 512 collectives (36 such
-#: jobs) costs about 5 ms a job on average (dumps and the shared cold start), 256 about 8, 1024 more (the dumps);
-#: bench_properties ran 9.1 and 8.9 examples/s at 1024, 10.5 and 9.7 at 256, 10.8 and 10.2 at 512.
+#: torch's dump still copies out the whole buffer, so each job's dump is slower than the last. The cost of each
+#: choice, as measured: docs/measurements.md (the warm pool's record limit).
 RECORD_LIMIT = 512
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
@@ -205,9 +202,9 @@ def settled(result) -> bool:
     unmatched, as torch's flight recorder saw them (every rank's record read; or no collective at all): every rank
     made the same collectives in the same order, and as many sends as receives were made. Where and at which step
     each rank made them may differ (a rank cut short by ``UnevenInputs`` makes its last all_reduce steps earlier).
-    A process group holding unmatched work would hand it to the next job (measured: an async all_reduce left
-    unwaited on one rank hung the next fault-free job on that world). Not "every entry completed": a rank dumps its
-    record as its function returns, and gloo may retire the last entry a moment later (1 job in 12, measured)."""
+    A process group holding unmatched work would hand it to the next job (an async all_reduce left unwaited on one
+    rank hung the next fault-free job on that world). Not "every entry completed": a rank dumps its record as its
+    function returns, and gloo may retire the last entry a moment later (docs/measurements.md: a settled world)."""
     ranks = result.ranks
     ops = [[c.op for c in r.collectives] for r in ranks]
     every = [op for rank_ops in ops for op in rank_ops]

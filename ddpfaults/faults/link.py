@@ -28,8 +28,8 @@ class _LinkFault(CollectiveFault):
 class SlowLink(_LinkFault):
     """``rank``'s first collective ``op`` at ``step`` is held back ``delay`` seconds (a slow or congested link):
     its peers wait for it inside the collective, and the world completes: a straggler, not a hang. (The rank sleeps
-    outside any collective, so the world is not judged hung even for a ``delay`` longer than the stall window:
-    measured 3 of 3 with 2.5 s against 1 s; only the timeout ends it.) ``op`` as for ``SkippedCollective``;
+    outside any collective, so the world is not judged hung even for a ``delay`` longer than the stall window; only
+    the timeout ends it: docs/measurements.md.) ``op`` as for ``SkippedCollective``;
     ``delay`` a positive finite number of seconds."""
 
     def __init__(self, *, rank, step, op=None, delay: float):
@@ -63,7 +63,7 @@ class DroppedLink(_LinkFault):
 
     Why the rank raises its own error: with gloo's message on every rank (the dropping rank reads end-of-file
     too), every failure looks like a consequence of another's and the judge named whichever rank raised first
-    (rank 0, 1 or 2 across 6 runs of a 3-rank world).
+    (docs/measurements.md).
     """
 
     def same_effect(self, other: Fault) -> str | None:

@@ -294,12 +294,12 @@ def _divergence(ranks: list[RankResult], recorded: list[list]):
         divergence = first_divergence([dataclasses.replace(ranks[i], collectives=recorded[i]) for i in having])
     if unrecorded and divergence is not None and len({len(g.ranks) for g in divergence.groups}) == 1:
         # the survivors' records split evenly (rank 0 vs rank 2, rank 1 aborted by gloo without a dump): which rank
-        # happened to leave a dump must not decide the blame (seen: 2 worlds in 120)
+        # happened to leave a dump must not decide the blame (docs/measurements.md)
         divergence = _placed_by_stack(divergence, unrecorded)
     if unrecorded:
         traced = first_divergence(ranks)
         if divergence is None and traced is None and having:
-            # seen: rank 0's record alone in 97 worlds of 100 (gloo aborted both receivers first), blaming rank 1
+            # rank 0's record alone (gloo aborted both receivers first) blamed rank 1 (docs/measurements.md)
             divergence = _beside_aborted(recorded, having, unrecorded)
         if divergence is None:
             return traced

@@ -106,8 +106,7 @@ class DumpOnRequest(threading.Thread):
     Python stack into the open file ``stacks`` each time ``stacks.name + ".req"`` changes (one per job).
 
     Stacks are dumped from this thread, holding the GIL, not by faulthandler on a signal: a signal's dump runs
-    while the interrupted thread's state may be changing, and killed ranks with SIGSEGV (7 in 360 worlds whose
-    ranks failed while the judge asked for stacks; 0 in 210 without the asking)."""
+    while the interrupted thread's state may be changing, and killed ranks with SIGSEGV (docs/measurements.md)."""
 
     def __init__(self, path: str, stacks=None, since_wall: float | None = None):
         super().__init__(name="ddpfaults-flight-recorder", daemon=True)

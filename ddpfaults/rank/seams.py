@@ -58,8 +58,8 @@ def keep_destroyed_groups() -> None:
     A group is shut down as the code asks, but its C++ destructor never runs: a local rank ends with ``os._exit``
     (its sockets close, as a torchrun worker's do when it exits). ~ProcessGroupGloo joins gloo's worker threads
     holding the GIL, while a worker thread that ran a Python callback (DDP's reducer) waits for the GIL to clear
-    its thread state. Measured on plain_train.py, 4 ranks from the fork server: 8 of 10 worlds deadlocked there
-    when ``main()`` returned and freed its DDP model; 0 of 10 with the groups kept.
+    its thread state: worlds deadlocked there when ``main()`` returned and freed its DDP model, and none with the
+    groups kept (docs/measurements.md).
     """
     original = c10d.destroy_process_group
     if hasattr(original, "__ddpfaults_original__"):
