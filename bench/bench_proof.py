@@ -6,11 +6,12 @@ window (2 s, whatever the variant declares), alternately with the judge's deadlo
 (the private switch ``ddpfaults.judge.loop._PROVE``, this benchmark's only), and prints per case the seconds from the
 deadlock forming to the verdict, each mode's median, and the ratio. Goal: <= 0.1 s with the proof.
 
-The deadlock *forms* when the last rank takes its stand: its last event (entering the collective it waits in,
-finishing, failing) or, for a collective only torch's flight recorder saw (plain DDP's gradient buckets), when it
-issued it; measured the same way for both modes, from each rank's own events and record, on the clock the verdict
-is stamped with. A variant the record cannot prove (e.g. two ranks in one all_reduce of different sizes, or a
-broadcast whose root the record does not name) is judged by the stall rule in both modes; it is listed as such.
+The deadlock *forms* when the last rank takes its stand (``ddpfaults.judge.fidelity.formed_at``, the soak's
+measure too: entering the collective it waits in, finishing, failing, or for a collective only torch's flight
+recorder saw, plain DDP's gradient buckets, when it issued it); measured the same way for both modes, from each
+rank's own events and record, on the clock the verdict is stamped with. A variant the record cannot prove (e.g. two
+ranks in one all_reduce of different sizes, or a broadcast whose root the record does not name) is judged by the
+stall rule in both modes; it is listed as such.
 """
 
 from __future__ import annotations
@@ -19,32 +20,13 @@ import argparse
 import statistics
 
 from ddpfaults.judge import loop
+from ddpfaults.judge.fidelity import verdict_latency
 from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import discover
 from ddpfaults.spec import PARAM, RunSpec
 
 DEFAULT_STALL = PARAM["stall"].default
 GOAL = 0.1
-
-
-def formed(result) -> float:
-    """Seconds since the world's start when the last rank took its stand (see the module's docstring)."""
-    last = []
-    for rank in result.ranks:
-        events = [e for e in rank.events if e["k"] not in ("exited", "killed")]
-        stand = max((e["t"] for e in events), default=0.0)
-        stamped = next((e for e in events if "wall" in e), None)
-        walls = [c.wall for c in rank.collectives if c.wall is not None]
-        if stamped is not None and walls:  # a collective issued after the rank's last event, seen by the recorder
-            stand = max(stand, max(walls) + stamped["t"] - stamped["wall"])
-        last.append(stand)
-    return max(last)
-
-
-def latency(result) -> float:
-    """Seconds from the deadlock forming to the verdict."""
-    verdict = next(e["t"] for e in result.events if e["k"] == "verdict")
-    return verdict - formed(result)
 
 
 def run(case, prove: bool):
@@ -70,8 +52,8 @@ def main() -> None:
             for result in (on, off):
                 if result.outcome != Outcome.HUNG:
                     raise SystemExit(f"{case.id}: expected hung, observed {result.outcome}: {result.root_cause}")
-            proved.append(latency(on))
-            stalled.append(latency(off))
+            proved.append(verdict_latency(on))
+            stalled.append(verdict_latency(off))
             reasons.add("proof" if on.reason.startswith("deadlock proved") else "stall rule")
         rows.append((case.id, "/".join(sorted(reasons)), statistics.median(proved), statistics.median(stalled)))
     print(

@@ -209,11 +209,9 @@ def culprits(ranks: list[RankResult], fired=()) -> Evidence | None:
     if found is not None or not fired:
         return found
     last = max((f.step for f in fired if f.step is not None), default=None)
-    hit = sorted({f.rank for f in fired if f.step == last})
-    if len(hit) >= len(ranks):
-        return None
-    faults = sorted({f.fault for f in fired if f.rank in hit and f.step == last})
-    return Evidence(tuple(hit), f"a fault fired on {format_ranks(hit)} only: {', '.join(faults)}")
+    latest = [f for f in fired if f.step == last]
+    hit = sorted({f.rank for f in latest})
+    return _fired_on(hit, latest) if len(hit) < len(ranks) else None
 
 
 def _faults_on(divergence: Divergence, fired) -> Evidence | None:
@@ -225,7 +223,10 @@ def _faults_on(divergence: Divergence, fired) -> Evidence | None:
         fired = at or [f for f in fired if f.step is None or f.step <= max(steps)]
     hit = {f.rank for f in fired}
     struck = [g for g in divergence.groups if hit & set(g.ranks)]
-    if len(struck) != 1:
-        return None
-    faults = sorted({f.fault for f in fired if f.rank in struck[0].ranks})
-    return Evidence(struck[0].ranks, f"a fault fired on {format_ranks(struck[0].ranks)} only: {', '.join(faults)}")
+    return _fired_on(struck[0].ranks, fired) if len(struck) == 1 else None
+
+
+def _fired_on(ranks, fired) -> Evidence:
+    """Evidence naming ``ranks``, the only ones of the faults ``fired`` took effect on."""
+    faults = sorted({f.fault for f in fired if f.rank in ranks})
+    return Evidence(tuple(ranks), f"a fault fired on {format_ranks(ranks)} only: {', '.join(faults)}")
