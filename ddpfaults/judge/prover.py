@@ -82,13 +82,16 @@ class Prover:
         ):
             return False  # nothing to start a proof from, or computing: looked at again next time
         live = self.observer.live(now)
-        self.observer.collect_stacks(live)  # asks for their flight records too
+        # only an untraced wait is read from a stack: a live rank's stack dump walks every thread's frames while gloo's
+        # threads may be running DDP's Python callbacks, so it is asked of no other rank until the proof holds
+        self.observer.collect_stacks(untraced)
         self.observer.collect_flight_records(live)
         self.untraced = set(untraced)
         proof = deadlock.prove(self.standings(time.monotonic(), confirm=True))
         if proof is None:
             self.next_try = now + self.retries.pop(0) if self.retries else None
             return False
+        self.observer.collect_stacks([i for i in live if i not in self.untraced])  # the report's stacks
         self.observer.proof = proof
         return True
 
