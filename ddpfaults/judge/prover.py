@@ -62,6 +62,7 @@ class Prover:
         self.retries = list(PROOF_RETRIES)
         self.next_try = 0.0
         self.untraced: set[int] = set()  # ranks whose wait the confirmation reads from their record and stack
+        self.stacked: dict[int, tuple] = {}  # per untraced rank: its events and record when its stack was taken
 
     def proved(self, now: float) -> bool:
         """True (and ``observer.proof`` set) once a deadlock is proved."""
@@ -83,17 +84,27 @@ class Prover:
             return False  # nothing to start a proof from, or computing: looked at again next time
         live = self.observer.live(now)
         # only an untraced wait is read from a stack: a live rank's stack dump walks every thread's frames while gloo's
-        # threads may be running DDP's Python callbacks, so it is asked of no other rank until the proof holds
-        self.observer.collect_stacks(untraced)
+        # threads may be running DDP's Python callbacks, so it is asked of no other rank until the proof holds, and of
+        # an untraced rank again only once its events or record moved (a rank sleeping in a fault is asked once)
+        fresh = [i for i in untraced if self._progress(i) != self.stacked.get(i)]
+        if fresh:
+            self.observer.collect_stacks(fresh)
         self.observer.collect_flight_records(live)
+        moved = [i for i in untraced if i not in fresh and self._progress(i) != self.stacked[i]]
+        self.stacked.update({i: self._progress(i) for i in fresh})
         self.untraced = set(untraced)
-        proof = deadlock.prove(self.standings(time.monotonic(), confirm=True))
+        proof = None if moved else deadlock.prove(self.standings(time.monotonic(), confirm=True))
         if proof is None:
             self.next_try = now + self.retries.pop(0) if self.retries else None
             return False
         self.observer.collect_stacks([i for i in live if i not in self.untraced])  # the report's stacks
         self.observer.proof = proof
         return True
+
+    def _progress(self, i: int) -> tuple:
+        """How far rank ``i`` is known to have got: its event count and its last flight record's collectives."""
+        record = deadlock.record(self.observer.flight_record(i))
+        return len(self.observer.watches[i].events), None if record is None else (record.issued, len(record.ops))
 
     def _untraced(self, standings: list[Standing], now: float) -> list[int] | None:
         """The ranks whose wait the events do not show but their flight record and stack may (live, quiet for

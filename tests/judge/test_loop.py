@@ -584,3 +584,35 @@ def test_an_untraced_wait_the_record_and_stack_do_not_show_is_left_to_the_stall_
         world.runnable = lambda i, threads=False: None
     reason = loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60))
     assert world.proof is None and reason in (StopReason.STALL, StopReason.TIMEOUT)
+
+
+def test_an_untraced_rank_that_does_not_move_has_its_stack_taken_once(clock):
+    """A rank asleep outside any collective (SlowLink's delay) is quiet and computes nothing: its stack is taken
+    once, not at every retry of the proof (a live rank's dump walks threads gloo may be running)."""
+    world = PlainDDPWorld(clock, stack='File "/work/ddpfaults/faults/link.py", line 44 in before_collective')
+    assert loop.watch(world, RunSpec(world_size=3, stall=4.9, timeout=5)) is StopReason.TIMEOUT
+    assert world.proof is None
+    *before_the_end, at_the_end = world.stacks_asked  # at the end: every live rank's, for the report
+    assert (before_the_end, at_the_end) == ([[1, 2]], [0, 1, 2])
+
+
+def test_an_untraced_ranks_stack_is_taken_again_once_its_record_moves(clock):
+    """The rank woke from its sleep and issued its bucket, which only its flight record shows: the stack is taken
+    again and the deadlock proved."""
+    world = PlainDDPWorld(clock, stack='File "/work/ddpfaults/faults/link.py", line 44 in before_collective')
+    woken = {r: world.records[r] for r in (1, 2)}
+    for r in (1, 2):
+        world.records[r] = record(7, (7, "all_reduce"))
+        world.records[r]["entries"][0]["frames"] = [{"name": "_engine_run_backward"}]
+    poll = world.poll
+
+    def wake_at_one_second(wait):
+        poll(wait)
+        if clock.now - world.t0 >= 1.0 and world.stacks[1] != BACKWARD_STACK:
+            world.records.update(woken)
+            world.stacks.update({1: BACKWARD_STACK, 2: BACKWARD_STACK})
+
+    world.poll = wake_at_one_second
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
+    asked = [i for batch in world.stacks_asked for i in batch]
+    assert asked.count(1) >= 2 and asked.count(1) < 6
