@@ -87,8 +87,11 @@ def _run(args, script_argv: list[str]):
             faults=faults,
             step_clock=args.step_clock,
             spec=spec,
+            cwd=args.cwd,
             require_faults_fire=False,  # main checks it, naming --allow-unfired
         )
+    if args.cwd is not None:
+        raise DDPFaultsError("--cwd is for scripts (FILE.py, -m MODULE); a rank function runs in this directory")
     if not args.target:
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
     if script_argv:
@@ -164,6 +167,12 @@ def main(argv=None) -> int:
         choices=STEP_CLOCKS,
         default=STEP_CLOCKS[0],
         help="scripts: what counts steps for step-keyed faults: optimizer steps (default) or DataLoader batches",
+    )
+    run.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="scripts: the ranks' working directory, where the script's relative paths lead (default: this one, "
+        "as under torchrun); the script path is relative to it",
     )
     run.add_argument(
         "--faults",

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import errors, events
+from ddpfaults import engine, errors, events
 from ddpfaults.engine import capacity, pool
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
@@ -182,6 +182,7 @@ class LocalWorld(loop.Observer):
                 for i in alive:
                     result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
             result.reused = keep
+            engine.finished(result)
             return result
         finally:
             if self.ranks is not None:

@@ -8,13 +8,16 @@ judged like any ``run_world`` world. Script worlds are never reused (the script 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
 import os
 import pickle
 import shlex
+import shutil
 import sys
+import tempfile
 from datetime import timedelta
 
 from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
@@ -81,6 +84,20 @@ def run_script(
     if require_faults_fire:
         require_faults_fired(result)
     return result
+
+
+@contextlib.contextmanager
+def world_directory(cwd=None):
+    """The working directory of one script world: ``cwd`` as it is, or (None) a fresh empty directory, removed
+    when the block ends. A world that must find what an earlier one left (a restart) is given that one's."""
+    if cwd is not None:
+        yield cwd
+        return
+    directory = tempfile.mkdtemp(prefix="ddpfaults-cwd-")
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
