@@ -129,15 +129,15 @@ def _expect(text: str | None):
 
 
 def _report(result, args, expect) -> int:
-    """Print the world's report and, with ``expect``, whether it held; write ``--json``; return the exit code
+    """Write ``--json``, then print the world's report and, with ``expect``, whether it held; return the exit code
     (0: the expectation held, or without one the world completed; without one, :data:`EXIT_TIMED_OUT` for a world
-    that timed out, else 1)."""
+    that timed out, else 1). The document is written first: a closed stdout (``| head``) cannot lose it."""
     from ddpfaults.report.document import write_document
 
     expectation = Expectation.of(expect, result) if expect is not None else None
-    print(result.report())
     if args.json:
         write_document(args.json, [result], expectations=[expectation])
+    print(result.report())
     if expectation is None:
         return {Outcome.COMPLETED: 0, Outcome.TIMED_OUT: EXIT_TIMED_OUT}.get(result.outcome, 1)
     verdict = "OK" if expectation.held else "MISMATCH"
@@ -147,8 +147,27 @@ def _report(result, args, expect) -> int:
     return 0 if expectation.held else 1
 
 
+def _stdout_closed() -> int:
+    """Whoever read stdout stopped (``| head``): say nothing more there (Python would complain at exit)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
+
+
 def main(argv=None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code. Ctrl-C ends a run with one line (the world's ranks are killed
+    on the way out) and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpfaults", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
