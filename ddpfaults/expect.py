@@ -171,10 +171,11 @@ class Expect:
             found += replica_mismatches(result)
         if self.faults_fire:
             fired = {f.index for f in result.fired}
+            hints = {u.index: f": {u.hint}" for u in result.unfired if u.hint}
             found += [
                 Mismatch(
                     "fault_never_fired",
-                    f"FaultNeverFired: {fault} never fired — the scenario does not exercise it",
+                    f"FaultNeverFired: {fault} never fired — the scenario does not exercise it{hints.get(i, '')}",
                     fault,
                     "never fired",
                 )
