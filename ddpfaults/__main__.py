@@ -161,7 +161,10 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running", file=sys.stderr)
+        print(
+            "ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running",
+            file=sys.stderr,
+        )
         return 130
     except BrokenPipeError:
         return _stdout_closed()

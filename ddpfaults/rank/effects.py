@@ -44,7 +44,9 @@ def _limit_memory(ctx, fault: OutOfMemory) -> None:
     if done is None:
         ctx.record_fired(fault, "raised MemoryError: the address space could not be limited", effect="memory")
         raise MemoryError("injected out of memory (the address space could not be limited)")
-    memory.watch(lambda error: ctx.record_fired(fault, f"{done}; an allocation failed under it: {error}", effect="memory"))
+    memory.watch(
+        lambda error: ctx.record_fired(fault, f"{done}; an allocation failed under it: {error}", effect="memory")
+    )
 
 
 def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:

@@ -66,8 +66,14 @@ def records() -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - a state that cannot be read is reported, not fatal to the job
             digest = f"unreadable: {type(exc).__name__}: {exc}"
         found.append(
-            {"index": index, "kind": kind, "type": type(module).__name__, "site": site, "sharded": sharded,
-             "digest": digest}
+            {
+                "index": index,
+                "kind": kind,
+                "type": type(module).__name__,
+                "site": site,
+                "sharded": sharded,
+                "digest": digest,
+            }
         )
     return found
 
