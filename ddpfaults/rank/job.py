@@ -65,8 +65,8 @@ def run_job(
     state's digest: :func:`ddpfaults.rank.wrapped.records`), or ``error``, ``traceback`` and ``site``.
     ``publish(result)`` stores it where the judge reads it; the ``finished`` event carries ``leftovers()``, the
     state the job left in this process, and ``exits`` when ``process_ends`` (the process ends with the job: its
-    peers will read its connections closed). ``init_process_group`` None: the function initialises its own (a script world). A failure
-    is not reported when ``still_reporting()`` says the world was already judged.
+    peers will read its connections closed). ``init_process_group`` None: the function initialises its own (a
+    script world). A failure is not reported when ``still_reporting()`` says the world was already judged.
     """
     seed_everything(ctx.seed)
     running.activate(ctx)
