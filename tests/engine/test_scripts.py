@@ -70,6 +70,15 @@ def test_a_skipped_ddp_bucket_in_a_plain_script_names_the_rank_that_skipped():
     _no_survivors(result)
 
 
+def test_a_skip_without_op_in_a_plain_ddp_script_never_fires_and_names_op_ddp_bucket():
+    """plain_train.py's steps have DDP's gradient buckets only: a SkippedCollective without op finds nothing to skip,
+    and its never-fired message says which op would."""
+    result = run_script(PLAIN, world_size=2, faults=[SkippedCollective(rank=1, step=2)], require_faults_fire=False)
+    assert result.outcome == Outcome.COMPLETED and result.fired == [], result.report()
+    (unfired,) = result.unfired
+    assert unfired.finished == (1,) and "give op='ddp_bucket' to skip one" in unfired.describe()
+
+
 def test_naive_empty_batch_names_the_rank_that_left_early():
     """Ground truth (plain torchrun, see test_plain_torchrun_ground_truth): the empty rank skips a step, so it
     runs out of batches first, destroys its process group and exits 0; its peers, still in their last gradient
