@@ -123,7 +123,8 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
             raise ScriptError(f"script {os.fspath(path)!r} not found (working directory {cwd})")
     elif not _module_exists(module, cwd):
         raise ScriptError(f"module {module!r} not found (python -m {module} from {cwd} would fail)")
-    return script.ScriptTarget(path, module, tuple(argv), cwd, step_clock, master_port=0, run_id="")
+    shown = path and (os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path)
+    return script.ScriptTarget(path, module, tuple(argv), cwd, step_clock, master_port=0, run_id="", shown=shown)
 
 
 def _module_exists(module: str, cwd: str) -> bool:
