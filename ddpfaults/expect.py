@@ -219,7 +219,10 @@ def replica_mismatches(result: WorldResult) -> list[Mismatch]:
             if counts[0]
             else "no rank returned a value and none wrapped a module in DDP or FSDP"
         )
-        text = f"values_equal compared nothing: {why}; return what the replicas must agree on (e.g. a digest)"
+        text = (
+            f"values_equal compared nothing: {why}; a rank function can return what its replicas must agree on "
+            f"(e.g. a digest of its model)"
+        )
         return [Mismatch("values", text, "equal", "nothing compared")]
     found = []
     for i in compared:
