@@ -3,7 +3,8 @@
 * collects scenario modules (``scenario_*.py``, ini ``ddpfaults_scenario_files``): one item per
   scenario, or per variant (``name[variant]``); an item fails when its world does not do what
   the scenario expects, with the world's report and a replay command;
-* the ``ddp_world`` fixture runs worlds imperatively, with this run's settings and the marker;
+* the ``ddp_world`` fixture runs worlds imperatively (rank functions and scripts), with this run's settings and the
+  marker; every world a test runs, through the fixture or not, is recorded for the reports;
 * the ``ddpfaults(...)`` marker, options and ini keys (see :mod:`ddpfaults.settings`);
 * CI output: JUnit properties per item, a terminal summary, ``--ddpfaults-report=PATH.json``.
 
@@ -295,7 +296,8 @@ def _reap(results) -> None:
 
 @pytest.fixture
 def ddp_world(request):
-    """Run fault-injected worlds from a test: ``ddp_world.run(fn, world_size=2, faults=[...])``."""
+    """Run fault-injected worlds from a test: ``ddp_world.run(fn, world_size=2, faults=[...])`` for a rank function,
+    ``ddp_world.run_script("train.py", argv, world_size=2, faults=[...])`` for a script (docs/scripts.md)."""
     world = DDPWorld(request.node)
     yield world
     _reap(world.results)

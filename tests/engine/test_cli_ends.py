@@ -19,14 +19,20 @@ PLAIN = f"{ROOT}/tests/support/scripts/plain_train.py"
 
 
 def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
-    command = [sys.executable, "-m", "ddpfaults", "run", f"{rankfns.__file__}:sleep_outside_collective"]
-    command += ["--kwargs", "{'seconds': 60}", "--world-size", "2", "--timeout", "90"]
+    """Ctrl-C while the ranks (and their DataLoader workers) run: one line, status 130, every process below gone.
+    Forked ranks: no fork server to start, the world is up in a moment."""
+    command = [sys.executable, "-m", "ddpfaults", "run", f"{rankfns.__file__}:record_pids", "--world-size", "2"]
+    command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}", "--timeout", "90"]
+    command += ["--start-method", "fork"]
     run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(below := descendants(run.pid)) < 4 and time.monotonic() < deadline:  # fork server, tracker, ranks
+        while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline:
             assert run.poll() is None, run.communicate()
             time.sleep(0.05)
+        below = descendants(run.pid)
+        workers = [w for r in (0, 1) for w in json.loads((tmp_path / f"rank{r}.json").read_text())["workers"]]
+        assert len(below) >= 4 and set(workers) <= set(below), below  # the ranks and their workers at least
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=30)
     finally:
