@@ -74,7 +74,7 @@ def run_script(
             file=None,
             function=target.name,
             kwargs=shlex.join(target.argv),
-            replay=replay_line(target, spec, faults),
+            replay=replay_line(target, spec, faults, cwd),
             step_clock=target.clock,
             script=True,
         )
@@ -86,6 +86,10 @@ def run_script(
     return result
 
 
+class FreshDirectory(str):
+    """A world's fresh, empty working directory (:func:`world_directory`): its replay gets a fresh one too."""
+
+
 @contextlib.contextmanager
 def world_directory(cwd=None):
     """The working directory of one script world: ``cwd`` as it is, or (None) a fresh empty directory, removed
@@ -93,7 +97,7 @@ def world_directory(cwd=None):
     if cwd is not None:
         yield cwd
         return
-    directory = tempfile.mkdtemp(prefix="ddpfaults-cwd-")
+    directory = FreshDirectory(tempfile.mkdtemp(prefix="ddpfaults-cwd-"))
     try:
         yield directory
     finally:
@@ -137,8 +141,17 @@ def _module_exists(module: str, cwd: str) -> bool:
         sys.path.remove(cwd)
 
 
-def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple) -> str:
-    """The command that reruns this script world with the same seed, faults and settings."""
-    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(os.path.relpath(target.path))
+def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple, cwd=None) -> str:
+    """The command that reruns this script world with the same seed, faults and settings, in the directory it ran
+    in: ``cwd`` as it was given to :func:`run_script` (None: the caller's, where the command runs; a
+    :class:`FreshDirectory`: a fresh one of its own, ``--cwd "$(mktemp -d)"``)."""
+    if isinstance(cwd, FreshDirectory):
+        where = ["--cwd", '"$(mktemp -d)"']
+    elif cwd is not None and target.cwd != os.getcwd():
+        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
+    else:
+        where = []
+    path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))
+    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
     argv = ["--", shlex.join(target.argv)] if target.argv else []
-    return run_command(what, spec, ["--step-clock", target.clock, *faults_option(faults), *argv])
+    return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])
