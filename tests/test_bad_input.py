@@ -360,6 +360,13 @@ ROWS = [
         lambda e: e.api(run_script, "train.py", world_size=2, cwd=e.tmp / "nowhere"),
     ),
     Row(
+        "run-cwd-missing",
+        "API",
+        "ConfigError",
+        ("run_world: cwd", "nowhere", "is not a directory"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, cwd=e.tmp / "nowhere"),
+    ),
+    Row(
         "fixture-run-a-path",
         "API",
         "FunctionNotRunnable",

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
+from ddpfaults.engine.launcher import LocalWorld, Work, check_cwd, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
@@ -118,9 +118,7 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
     if step_clock not in seams.STEP_CLOCKS:
         raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
-    cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
-    if not os.path.isdir(cwd):
-        raise ConfigError(f"run_script: cwd {cwd!r} is not a directory (the ranks' working directory)")
+    cwd = check_cwd(cwd, "run_script") or os.getcwd()
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
         if not os.path.isfile(path):

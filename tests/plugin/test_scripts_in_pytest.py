@@ -21,10 +21,19 @@ first = ddpfaults.script_scenario("resume_train.py", name="first", expect=EQUAL)
 second = ddpfaults.script_scenario("resume_train.py", name="second", expect=EQUAL)
 """
 
+WHERE = """
+import os
+
+
+def where(ctx):
+    return os.getcwd(), sorted(os.listdir("."))
+"""
+
 TESTS = """
 import os
 
 import ddpfaults
+import rankfns_cwd
 
 EQUAL = ddpfaults.Expect("completed", values_equal=True)
 
@@ -39,6 +48,14 @@ def test_replicas_that_differ_fail(ddp_world, tmp_path):
     ddp_world.run_script("resume_train.py", world_size=2, cwd=tmp_path, expect=EQUAL)  # resumes on rank 0 only
 
 
+def test_functions_run_in_a_fresh_directory_too(ddp_world, tmp_path):
+    fresh = ddp_world.run(rankfns_cwd.where, world_size=2).values
+    assert fresh[0] == fresh[1] and fresh[0][0] != os.getcwd() and fresh[0][1] == []
+    assert not os.path.exists(fresh[0][0])
+    assert ddp_world.run(rankfns_cwd.where, world_size=2, cwd=tmp_path).values[0][0] == str(tmp_path)
+    assert ddpfaults.run_world(rankfns_cwd.where, world_size=2).values[0][0] == os.getcwd()  # back home after a job
+
+
 def test_bare_run_script(tmp_path):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_train.py")
     assert ddpfaults.run_script(script, world_size=2, cwd=tmp_path).outcome == "completed"
@@ -46,9 +63,11 @@ def test_bare_run_script(tmp_path):
 
 
 def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
-    isolate(pytester, monkeypatch, resume_train=RESUME, scenario_scripts=SCENARIOS, test_scripts=TESTS)
+    isolate(
+        pytester, monkeypatch, resume_train=RESUME, rankfns_cwd=WHERE, scenario_scripts=SCENARIOS, test_scripts=TESTS
+    )
     result, document = run(pytester, "-v", "--junitxml=junit.xml")
-    result.assert_outcomes(passed=4, failed=1)
+    result.assert_outcomes(passed=5, failed=1)
     # the second script scenario passes: the first one's model.pt stayed in the first world's own directory
     result.stdout.fnmatch_lines(["*scenario_scripts.py::first PASSED*", "*scenario_scripts.py::second PASSED*"])
     result.stdout.fnmatch_lines(
@@ -67,6 +86,7 @@ def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
         ("test_through_the_fixture", "resume_train.py", True),
         ("test_replicas_that_differ_fail", "resume_train.py", True),
         ("test_replicas_that_differ_fail", "resume_train.py", False),
+        *[("test_functions_run_in_a_fresh_directory_too", "rankfns_cwd.py:where", None)] * 3,
         ("test_bare_run_script", "resume_train.py", None),  # no fixture, no expectation: recorded all the same
     ]
     junit = ET.parse(pytester.path / "junit.xml").getroot()
