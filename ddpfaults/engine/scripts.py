@@ -92,8 +92,9 @@ class FreshDirectory(str):
 
 @contextlib.contextmanager
 def world_directory(cwd=None):
-    """The working directory of one script world: ``cwd`` as it is, or (None) a fresh empty directory, removed
-    when the block ends. A world that must find what an earlier one left (a restart) is given that one's."""
+    """The working directory of one world (a script's, or the fixture's rank function's): ``cwd`` as it is, or
+    (None) a fresh empty directory, removed when the block ends. A world that must find what an earlier one left (a
+    restart) is given that one's."""
     if cwd is not None:
         yield cwd
         return

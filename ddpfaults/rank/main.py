@@ -247,7 +247,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         return leftovers
 
     batches.adopt(job.empty_batch_types)
-    home = os.getcwd()
+    home = _cwd()
 
     def load():
         payload = _load_payload(job)  # by the rank's own sys.path, before the move
@@ -269,8 +269,17 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         _linger()
     if job.script:
         _exit_as_worker()
-    os.chdir(home)  # a warm rank's next job starts where the rank did
+    if job.cwd is not None and home is not None:
+        os.chdir(home)  # a warm rank's next job starts where the rank did
     return leftovers
+
+
+def _cwd() -> str | None:
+    """The working directory (None: it was removed under the rank)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
 
 
 def _exit_as_worker() -> None:
