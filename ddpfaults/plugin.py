@@ -226,10 +226,9 @@ class DDPWorld:
         except a seed pinned by ``--ddpfaults-seed``. With ``expect`` (``"hung"``, ``"crashed with KeyError on rank
         0"``, an Expect) a mismatch fails the test with the world's report; so does, without one, a fault that never
         fired though a rank it targets finished (``require_faults_fire=False`` allows it). The ranks run ``fn`` in
-        a fresh, empty working directory unless ``cwd`` names one. A script is run with :meth:`run_script`."""
+        this process's working directory unless ``cwd`` names one. A script is run with :meth:`run_script`."""
         __tracebackhide__ = True
         from ddpfaults.engine.launcher import run_world
-        from ddpfaults.engine.scripts import world_directory
         from ddpfaults.errors import FunctionNotRunnable
 
         if isinstance(fn, (str, os.PathLike)):
@@ -237,8 +236,7 @@ class DDPWorld:
                 f"ddp_world.run runs a rank function; {os.fspath(fn)!r} is a path: run a script with "
                 f"ddp_world.run_script({os.fspath(fn)!r}, argv, world_size=..., faults=[...])"
             )
-        with world_directory(kwargs.pop("cwd", None)) as directory:
-            return self._run(run_world, fn, world_size, faults, expect, {**kwargs, "cwd": directory})
+        return self._run(run_world, fn, world_size, faults, expect, kwargs)
 
     def run_script(self, path=None, argv=(), *, world_size=None, faults=(), expect=None, cwd=None, **kwargs):
         """``run_script(path, argv, ...)`` with the settings and the marker, as :meth:`run` runs a function; returns

@@ -48,11 +48,9 @@ def test_replicas_that_differ_fail(ddp_world, tmp_path):
     ddp_world.run_script("resume_train.py", world_size=2, cwd=tmp_path, expect=EQUAL)  # resumes on rank 0 only
 
 
-def test_functions_run_in_a_fresh_directory_too(ddp_world, tmp_path):
-    fresh = ddp_world.run(rankfns_cwd.where, world_size=2).values
-    assert fresh[0] == fresh[1] and fresh[0][0] != os.getcwd() and fresh[0][1] == []
-    assert not os.path.exists(fresh[0][0])
-    assert ddp_world.run(rankfns_cwd.where, world_size=2, cwd=tmp_path).values[0][0] == str(tmp_path)
+def test_functions_run_where_asked(ddp_world, tmp_path):
+    assert ddp_world.run(rankfns_cwd.where, world_size=2).values[0][0] == os.getcwd()
+    assert ddp_world.run(rankfns_cwd.where, world_size=2, cwd=tmp_path).values == [(str(tmp_path), [])] * 2
     assert ddpfaults.run_world(rankfns_cwd.where, world_size=2).values[0][0] == os.getcwd()  # back home after a job
 
 
@@ -86,7 +84,7 @@ def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
         ("test_through_the_fixture", "resume_train.py", True),
         ("test_replicas_that_differ_fail", "resume_train.py", True),
         ("test_replicas_that_differ_fail", "resume_train.py", False),
-        *[("test_functions_run_in_a_fresh_directory_too", "rankfns_cwd.py:where", None)] * 3,
+        *[("test_functions_run_where_asked", "rankfns_cwd.py:where", None)] * 3,
         ("test_bare_run_script", "resume_train.py", None),  # no fixture, no expectation: recorded all the same
     ]
     junit = ET.parse(pytester.path / "junit.xml").getroot()
