@@ -87,8 +87,11 @@ def _run(args, script_argv: list[str]):
             faults=faults,
             step_clock=args.step_clock,
             spec=spec,
+            cwd=args.cwd,
             require_faults_fire=False,  # main checks it, naming --allow-unfired
         )
+    if args.cwd is not None:
+        raise DDPFaultsError("--cwd is for scripts (FILE.py, -m MODULE); a rank function runs in this directory")
     if not args.target:
         raise DDPFaultsError("run: name what to run: FILE.py (a script), -m MODULE, or FILE.py:NAME (a rank function)")
     if script_argv:
@@ -126,15 +129,15 @@ def _expect(text: str | None):
 
 
 def _report(result, args, expect) -> int:
-    """Print the world's report and, with ``expect``, whether it held; write ``--json``; return the exit code
+    """Write ``--json``, then print the world's report and, with ``expect``, whether it held; return the exit code
     (0: the expectation held, or without one the world completed; without one, :data:`EXIT_TIMED_OUT` for a world
-    that timed out, else 1)."""
+    that timed out, else 1). The document is written first: a closed stdout (``| head``) cannot lose it."""
     from ddpfaults.report.document import write_document
 
     expectation = Expectation.of(expect, result) if expect is not None else None
-    print(result.report())
     if args.json:
         write_document(args.json, [result], expectations=[expectation])
+    print(result.report())
     if expectation is None:
         return {Outcome.COMPLETED: 0, Outcome.TIMED_OUT: EXIT_TIMED_OUT}.get(result.outcome, 1)
     verdict = "OK" if expectation.held else "MISMATCH"
@@ -144,8 +147,30 @@ def _report(result, args, expect) -> int:
     return 0 if expectation.held else 1
 
 
+def _stdout_closed() -> int:
+    """Whoever read stdout stopped (``| head``): say nothing more there (Python would complain at exit)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
+
+
 def main(argv=None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code. Ctrl-C ends a run with one line (the world's ranks are killed
+    on the way out) and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(
+            "ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running",
+            file=sys.stderr,
+        )
+        return 130
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpfaults", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
@@ -164,6 +189,12 @@ def main(argv=None) -> int:
         choices=STEP_CLOCKS,
         default=STEP_CLOCKS[0],
         help="scripts: what counts steps for step-keyed faults: optimizer steps (default) or DataLoader batches",
+    )
+    run.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="scripts: the ranks' working directory, where the script's relative paths lead (default: this one, "
+        "as under torchrun); the script path is relative to it",
     )
     run.add_argument(
         "--faults",

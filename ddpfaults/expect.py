@@ -22,7 +22,9 @@ _EXPECT_TEXT = re.compile(
 class Expect:
     """What a world must do: an outcome (``completed``, ``hung``, ``crashed`` or ``timed out``: the hard timeout came
     while its ranks were still making progress), and optionally the root-cause rank, its error type,
-    the collective at fault, a root-cause substring, bit-equal return values across ranks, and
+    the collective at fault, a root-cause substring, bit-equal replicas across ranks (``values_equal``: the ranks'
+    return values, or, where no rank returned one, as in a script world, the final state of every module they
+    wrapped in DDP or FSDP; with nothing to compare it fails, saying so), and
     ``checks``: named predicates over the result (see :class:`Check`) for what a verdict alone
     cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
 
@@ -53,6 +55,12 @@ class Expect:
         for name in ("values_equal", "faults_fire"):
             if not isinstance(getattr(self, name), bool):
                 raise ScenarioError(f"expect: {name} must be True or False, got {getattr(self, name)!r}")
+        if self.values_equal and self.outcome != Outcome.COMPLETED:
+            raise ScenarioError(
+                f"expect: values_equal compares the ranks of a world that completed; a world expected to be "
+                f"{self.outcome} leaves no replicas to compare (drop values_equal, or compare what survivors kept "
+                f"with a Check)"
+            )
         if isinstance(self.checks, (str, bytes)) or not isinstance(self.checks, (list, tuple)):
             raise ScenarioError(f"expect: checks must be a list of ddpfaults.Check, got {self.checks!r}")
         for check in self.checks:
@@ -159,21 +167,15 @@ class Expect:
                     result.root_cause,
                 )
             )
-        if self.values_equal and result.outcome == Outcome.COMPLETED and len(set(map(repr, result.values))) != 1:
-            found.append(
-                Mismatch(
-                    "values",
-                    f"expected every rank to return the same value, observed {result.values!r}",
-                    "equal",
-                    tuple(map(repr, result.values)),
-                )
-            )
+        if self.values_equal and result.outcome == Outcome.COMPLETED:
+            found += replica_mismatches(result)
         if self.faults_fire:
             fired = {f.index for f in result.fired}
+            hints = {u.index: f": {u.hint}" for u in result.unfired if u.hint}
             found += [
                 Mismatch(
                     "fault_never_fired",
-                    f"FaultNeverFired: {fault} never fired — the scenario does not exercise it",
+                    f"FaultNeverFired: {fault} never fired — the scenario does not exercise it{hints.get(i, '')}",
                     fault,
                     "never fired",
                 )
@@ -194,6 +196,46 @@ class Expect:
         if found:
             kind = FaultNeverFired if all(m.kind == "fault_never_fired" for m in found) else ExpectationFailed
             raise kind(found, result)
+
+
+def replica_mismatches(result: WorldResult) -> list[Mismatch]:
+    """How the ranks' replicas differ (``values_equal``): their return values if any rank returned one, else the
+    digests of the modules they wrapped (:mod:`ddpfaults.rank.wrapped`); a mismatch saying why when there is nothing
+    to compare (empty: equal)."""
+    if any(value is not None for value in result.values):
+        if len(set(map(repr, result.values))) == 1:
+            return []
+        text = f"expected every rank to return the same value, observed {result.values!r}"
+        return [Mismatch("values", text, "equal", tuple(map(repr, result.values)))]
+    wrapped = [rank.wrapped for rank in result.ranks]
+    counts = [len(w) for w in wrapped]
+    if len(set(counts)) != 1:
+        text = f"the ranks wrapped different numbers of modules in DDP/FSDP: {counts} (rank by rank)"
+        return [Mismatch("values", text, "equal", tuple(map(str, counts)))]
+    compared = [i for i, entry in enumerate(wrapped[0]) if not entry["sharded"]]
+    if not compared:
+        why = (
+            "every module it wrapped is sharded by FSDP (each rank holds a part of its state)"
+            if counts[0]
+            else "no rank returned a value and none wrapped a module in DDP or FSDP"
+        )
+        text = (
+            f"values_equal compared nothing: {why}; a rank function can return what its replicas must agree on "
+            f"(e.g. a digest of its model)"
+        )
+        return [Mismatch("values", text, "equal", "nothing compared")]
+    found = []
+    for i in compared:
+        digests = [w[i]["digest"] for w in wrapped]
+        if len(set(digests)) != 1:
+            entry = wrapped[0][i]
+            ranks = ", ".join(f"rank {r} {d[:12]}" for r, d in enumerate(digests))
+            text = (
+                f"replicas differ: module #{i} ({entry['type']}, wrapped in {entry['kind'].upper()} at "
+                f"{entry['site']}) ends with a different state per rank: {ranks}"
+            )
+            found.append(Mismatch("values", text, "equal", tuple(digests)))
+    return found
 
 
 def require_faults_fired(result: WorldResult, *, allow: str = "pass require_faults_fire=False") -> None:

@@ -3,7 +3,8 @@
 * collects scenario modules (``scenario_*.py``, ini ``ddpfaults_scenario_files``): one item per
   scenario, or per variant (``name[variant]``); an item fails when its world does not do what
   the scenario expects, with the world's report and a replay command;
-* the ``ddp_world`` fixture runs worlds imperatively, with this run's settings and the marker;
+* the ``ddp_world`` fixture runs worlds imperatively (rank functions and scripts), with this run's settings and the
+  marker; every world a test runs, through the fixture or not, is recorded for the reports;
 * the ``ddpfaults(...)`` marker, options and ini keys (see :mod:`ddpfaults.settings`);
 * CI output: JUnit properties per item, a terminal summary, ``--ddpfaults-report=PATH.json``.
 
@@ -29,6 +30,8 @@ from ddpfaults.errors import MarkerError, OrphanRanks, ScenarioMismatch
 SETTINGS = pytest.StashKey[ddps.Settings]()  # the resolved settings of this run
 _TIMER_FIRES = pytest.StashKey[float]()  # monotonic time at which pytest-timeout's armed timer will fire
 _WORLDS = pytest.StashKey[list]()  # item: world records not yet attached to a report
+_SEEN = pytest.StashKey[list]()  # item: every world judged while it ran (the engine's watchers)
+_RECORDED = pytest.StashKey[set]()  # item: ids of the worlds already recorded (with their expectation)
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -172,29 +175,31 @@ def _check(item, result, expect, *, require_fired: bool = False) -> None:
     none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
     from ddpfaults.expect import Expectation, unfired_mismatches
 
-    result.replay = _replay(item, result)
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     if expectation is None and require_fired:
         mismatches = [str(m) for m in unfired_mismatches(result)]
+    _record(item, result, expectation)
+    if mismatches:
+        head, _ = _report(result)
+        expected = [f"expected: {expect.describe()}"] if expect is not None else []
+        raise ScenarioMismatch("\n".join([*mismatches, *expected, "", head]))
+
+
+def _record(item, result, expectation=None) -> None:
+    """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties."""
+    item.stash.setdefault(_RECORDED, set()).add(id(result))
+    result.replay = _replay(item, result)
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
         "result": result.to_dict(),
     }
     item.stash.setdefault(_WORLDS, []).append(record)
-    item.user_properties += [
-        ("ddpfaults.verdict", str(result.outcome)),
-        ("ddpfaults.world_size", result.world_size),
-        ("ddpfaults.seed", result.seed),
-        ("ddpfaults.seconds", f"{result.elapsed:.2f}"),
-    ]
-    if expect is not None:
-        item.user_properties.append(("ddpfaults.expect", expect.describe()))
-    if mismatches:
-        head, _ = _report(result)
-        expected = [f"expected: {expect.describe()}"] if expect is not None else []
-        raise ScenarioMismatch("\n".join([*mismatches, *expected, "", head]))
+    item.user_properties += [("ddpfaults.verdict", str(result.outcome)), ("ddpfaults.world_size", result.world_size)]
+    item.user_properties += [("ddpfaults.seed", result.seed), ("ddpfaults.seconds", f"{result.elapsed:.2f}")]
+    if expectation is not None:
+        item.user_properties.append(("ddpfaults.expect", expectation.expect.describe()))
 
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
@@ -217,14 +222,38 @@ class DDPWorld:
     def run(self, fn, *, world_size=None, faults=(), expect=None, **kwargs):
         """``run_world(fn, ...)`` with defaults from the settings and the marker; returns the WorldResult.
 
-        Explicit keywords (timeout, stall, seed, peer_failure, start_method, args, kwargs, ...)
-        win over defaults, except a seed pinned by ``--ddpfaults-seed``. With ``expect``
-        (``"hung"``, ``"crashed with KeyError on rank 0"``, an Expect) a mismatch fails the
-        test with the world's report; so does, without one, a fault that never fired though a rank it targets
-        finished (as ``run_world`` raises; ``require_faults_fire=False`` allows it).
-        """
+        Explicit keywords (timeout, stall, seed, peer_failure, start_method, args, kwargs, ...) win over defaults,
+        except a seed pinned by ``--ddpfaults-seed``. With ``expect`` (``"hung"``, ``"crashed with KeyError on rank
+        0"``, an Expect) a mismatch fails the test with the world's report; so does, without one, a fault that never
+        fired though a rank it targets finished (``require_faults_fire=False`` allows it). The ranks run ``fn`` in
+        this process's working directory unless ``cwd`` names one. A script is run with :meth:`run_script`."""
         __tracebackhide__ = True
         from ddpfaults.engine.launcher import run_world
+        from ddpfaults.errors import FunctionNotRunnable
+
+        if isinstance(fn, (str, os.PathLike)):
+            raise FunctionNotRunnable(
+                f"ddp_world.run runs a rank function; {os.fspath(fn)!r} is a path: run a script with "
+                f"ddp_world.run_script({os.fspath(fn)!r}, argv, world_size=..., faults=[...])"
+            )
+        return self._run(run_world, fn, world_size, faults, expect, kwargs)
+
+    def run_script(self, path=None, argv=(), *, world_size=None, faults=(), expect=None, cwd=None, **kwargs):
+        """``run_script(path, argv, ...)`` with the settings and the marker, as :meth:`run` runs a function; returns
+        the WorldResult. A relative ``path`` is relative to the test module's folder (``module=`` runs a module as
+        ``python -m`` would instead). Each world runs in a fresh, empty working directory (removed after it) unless
+        ``cwd`` names one; the script's own folder is importable either way (docs/scripts.md). Other keywords as
+        :func:`ddpfaults.run_script` (``step_clock``...)."""
+        __tracebackhide__ = True
+        from ddpfaults.engine.scripts import run_script, world_directory
+
+        if path is not None and isinstance(path, (str, os.PathLike)):
+            path = os.path.join(os.path.dirname(str(self._item.path)), os.fspath(path))
+        with world_directory(cwd) as directory:
+            return self._run(run_script, path, world_size, faults, expect, {**kwargs, "argv": argv, "cwd": directory})
+
+    def _run(self, launch, target, world_size, faults, expect, kwargs):
+        __tracebackhide__ = True
         from ddpfaults.errors import DeadlineError
         from ddpfaults.expect import Expect
         from ddpfaults.spec import PARAM
@@ -233,16 +262,15 @@ class DDPWorld:
         require_fired = kwargs.pop("require_faults_fire", True)
         declared = {name: kwargs.pop(name) for name in list(kwargs) if name in PARAM}
         spec = _spec(self._item).replace(world_size=world_size, **declared).replace(**settings.pinned)
+        expect = Expect.parse(expect) if expect is not None else None
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))
-            result = run_world(
-                fn, world_size=spec.world_size, faults=faults, spec=spec, require_faults_fire=False, **kwargs
+            result = launch(
+                target, world_size=spec.world_size, faults=faults, spec=spec, require_faults_fire=False, **kwargs
             )
             self.results.append(result)
-            _check(
-                self._item, result, Expect.parse(expect) if expect is not None else None, require_fired=require_fired
-            )
+            _check(self._item, result, expect, require_fired=require_fired)
         except (ScenarioMismatch, DeadlineError) as exc:
             failure = str(exc)
         else:
@@ -266,7 +294,8 @@ def _reap(results) -> None:
 
 @pytest.fixture
 def ddp_world(request):
-    """Run fault-injected worlds from a test: ``ddp_world.run(fn, world_size=2, faults=[...])``."""
+    """Run fault-injected worlds from a test: ``ddp_world.run(fn, world_size=2, faults=[...])`` for a rank function,
+    ``ddp_world.run_script("train.py", argv, world_size=2, faults=[...])`` for a script (docs/scripts.md)."""
     world = DDPWorld(request.node)
     yield world
     _reap(world.results)
@@ -308,9 +337,22 @@ def pytest_timeout_cancel_timer(item):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Watch every world judged while ``item`` runs (setup, call, teardown), for its reports."""
+    from ddpfaults import engine
+
+    with engine.watching(lambda result: item.stash.setdefault(_SEEN, []).append(result)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item):
-    """Attach this phase's worlds to its report (xdist carries them to the controller); on a failure,
-    add their reports as sections."""
+    """Attach this phase's worlds to its report (xdist carries them to the controller), the worlds it ran outside
+    the fixture included (a bare ``run_world``/``run_script``, a fixture's world); on a failure, add their reports as
+    sections."""
+    recorded, seen, item.stash[_SEEN] = item.stash.get(_RECORDED, set()), item.stash.get(_SEEN, []), []
+    for result in (r for r in seen if id(r) not in recorded):
+        _record(item, result)
     report = yield
     records, item.stash[_WORLDS] = item.stash.get(_WORLDS, []), []
     report.ddpfaults_worlds = records

@@ -134,9 +134,11 @@ class Case:
         kwargs = {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})}
         return CaseRun(spec, faults, kwargs, self._pick("argv"))
 
-    def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None) -> WorldResult:
+    def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None, cwd=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
         timeout (a runner's own limit, e.g. pytest-timeout's); ``flight_recorder_dir`` keeps the ranks' dumps.
+        A script case runs in ``cwd``, else the directory its scenario declares, else a fresh empty one removed
+        after the world (:func:`world_directory`).
 
         The fork server is machinery, not the case: the first case waits for it (importing torch takes seconds
         on a cold or busy machine) before its own clock starts, so no verdict depends on how fast it starts.
@@ -149,18 +151,20 @@ class Case:
             pool.fork_server_ready(timeout=plan.spec.timeout)
         spec = fit(plan.spec) if fit is not None else plan.spec
         if self.scenario.script is not None:
-            from ddpfaults.engine.scripts import run_script
+            from ddpfaults.engine.scripts import run_script, world_directory
 
-            return run_script(
-                self.scenario.script,
-                plan.argv,
-                world_size=spec.world_size,
-                faults=plan.faults,
-                step_clock=self.scenario.step_clock,
-                spec=spec,
-                flight_recorder_dir=flight_recorder_dir,
-                require_faults_fire=False,
-            )
+            with world_directory(cwd if cwd is not None else self.scenario.cwd) as directory:
+                return run_script(
+                    self.scenario.script,
+                    plan.argv,
+                    world_size=spec.world_size,
+                    faults=plan.faults,
+                    step_clock=self.scenario.step_clock,
+                    spec=spec,
+                    cwd=directory,
+                    flight_recorder_dir=flight_recorder_dir,
+                    require_faults_fire=False,
+                )
         return run_world(
             self.scenario.fn,
             world_size=spec.world_size,
@@ -198,6 +202,7 @@ class Scenario:
     argv: tuple = ()
     step_clock: str = "optimizer"
     module: str | None = None  # the declaring module (a script scenario has no function to tell it)
+    cwd: str | None = None  # a script scenario's working directory (None: a fresh one per world)
 
     def cases(self) -> list[Case]:
         """One case per variant, or the scenario itself when it has none."""
@@ -239,11 +244,14 @@ def script_scenario(
     faults=(),
     expect="completed",
     variants=(),
+    cwd=None,
     **settings,
 ) -> Scenario:
     """Declare a scenario that runs a script, unmodified, as torchrun would (see :func:`ddpfaults.run_script`);
     assign the result to a module-level name. ``script`` is relative to the declaring module's file; ``argv``
-    (and each variant's ``argv``) are the script's arguments. The name defaults to the script's file name; the other
+    (and each variant's ``argv``) are the script's arguments. Each world runs in a fresh, empty working directory
+    (what one world leaves there never reaches the next) unless ``cwd`` names one, relative to the declaring module's
+    file; the script's own folder is importable either way. The name defaults to the script's file name; the other
     keywords are run settings (:data:`SETTINGS`)."""
     settings = _settings("script_scenario", settings)
     if not isinstance(script, (str, os.PathLike)):
@@ -257,6 +265,12 @@ def script_scenario(
         raise ScenarioError(f"scenario {label}: script {script!r} not found (looked for {path})")
     if step_clock not in ("optimizer", "dataloader"):
         raise ScenarioError(f"scenario {label}: step_clock must be optimizer or dataloader, got {step_clock!r}")
+    if cwd is not None:
+        if not isinstance(cwd, (str, os.PathLike)):
+            raise ScenarioError(f"scenario {label}: cwd must be a directory's path, got {cwd!r}")
+        cwd = os.path.normpath(os.path.join(here, os.fspath(cwd)))
+        if not os.path.isdir(cwd):
+            raise ScenarioError(f"scenario {label}: cwd {cwd!r} is not a directory (the ranks' working directory)")
     return _declare(
         label,
         fn=None,
@@ -269,6 +283,7 @@ def script_scenario(
         argv=_argv(argv, f"scenario {label}"),
         step_clock=step_clock,
         module=declaring.get("__name__"),
+        cwd=cwd,
     )
 
 

@@ -295,6 +295,11 @@ def marker_values(markers, where: str = "") -> dict:
                 f"{_marker(where)} takes keywords only ({', '.join(MARKER_KEYS)}), got positional {mark.args!r}"
             )
         for key, value in mark.kwargs.items():
+            if key == "faults":
+                raise MarkerError(
+                    f"{_marker(where)}: faults are not a marker setting; give them, as a list, where the world "
+                    f"runs: ddp_world.run(fn, faults=[...]) or ddp_world.run_script(path, faults=[...])"
+                )
             if key not in MARKER_KEYS:
                 raise MarkerError(f"{_marker(where)}: unknown keyword {key!r} (known: {', '.join(MARKER_KEYS)})")
             merged.setdefault(key, value)

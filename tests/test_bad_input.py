@@ -25,6 +25,7 @@ import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.faults import DroppedLink, EmptyBatch, OutOfMemory, RankCrash, RankKilled, SkippedCollective, SlowLink
+from ddpfaults.plugin import DDPWorld
 from ddpfaults.report.document import write_document
 from pluginruns import isolate
 
@@ -359,6 +360,20 @@ ROWS = [
         lambda e: e.api(run_script, "train.py", world_size=2, cwd=e.tmp / "nowhere"),
     ),
     Row(
+        "run-cwd-missing",
+        "API",
+        "ConfigError",
+        ("run_world: cwd", "nowhere", "is not a directory"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, cwd=e.tmp / "nowhere"),
+    ),
+    Row(
+        "fixture-run-a-path",
+        "API",
+        "FunctionNotRunnable",
+        ("ddp_world.run runs a rank function; 'train.py' is a path", "ddp_world.run_script('train.py'"),
+        lambda e: e.api(DDPWorld(None).run, "train.py", world_size=2),
+    ),
+    Row(
         "script-step-clock-unknown",
         "API",
         "ConfigError",
@@ -542,6 +557,20 @@ ROWS = [
         lambda e: e.api(script_scenario, SCRIPT, argv="--lr 0.1"),
     ),
     Row(
+        "script-scenario-cwd-missing",
+        "declaration",
+        "ScenarioError",
+        ("scenario plain_train", "cwd", "nowhere", "is not a directory"),
+        lambda e: e.api(script_scenario, SCRIPT, cwd="nowhere"),
+    ),
+    Row(
+        "script-scenario-single-fault",
+        "declaration",
+        "ScenarioError",
+        ("scenario plain_train", "faults must be a list of faults", "wrap it in a list"),
+        lambda e: e.api(script_scenario, SCRIPT, faults=EmptyBatch(rank=1, step=1)),
+    ),
+    Row(
         "script-scenario-variant-kwargs",
         "declaration",
         "ScenarioError",
@@ -561,6 +590,20 @@ ROWS = [
         "ScenarioError",
         ("expect: values_equal", "got 'yes'"),
         lambda e: e.api(Expect, "completed", values_equal="yes"),
+    ),
+    Row(
+        "expect-values-equal-not-completed",
+        "declaration",
+        "ScenarioError",
+        ("expect: values_equal compares the ranks of a world that completed", "expected to be crashed"),
+        lambda e: e.api(Expect, "crashed", values_equal=True),
+    ),
+    Row(
+        "scenario-single-fault",
+        "declaration",
+        "ScenarioError",
+        ("scenario takes_ctx", "faults must be a list of faults", "wrap it in a list: faults=[RankCrash("),
+        lambda e: e.declare(scenario(faults=RankCrash(rank=1, step=2)), takes_ctx),
     ),
     Row(
         "expect-check-not-callable",
@@ -689,6 +732,20 @@ ROWS = [
         ),
     ),
     Row(
+        "cli-faults-single-fault",
+        "CLI",
+        "FaultError",
+        ("--faults 'RankCrash(rank=1, step=2)'", "wrap it in a list: --faults '[RankCrash(rank=1, step=2)]'"),
+        lambda e: e.cli("run", "touch.py:touch", "--world-size", "2", "--faults", "RankCrash(rank=1, step=2)"),
+    ),
+    Row(
+        "cli-cwd-for-a-function",
+        "CLI",
+        "DDPFaultsError",
+        ("--cwd is for scripts",),
+        lambda e: e.cli("run", "touch.py:touch", "--world-size", "2", "--cwd", "."),
+    ),
+    Row(
         "fault-variant-single-fault",
         "declaration",
         "ScenarioError",
@@ -723,6 +780,13 @@ ROWS = [
         "MarkerError",
         ("test_marked.py::test_marked", "unknown keyword 'wrold_size'"),
         lambda e: e.pytest(files=_marked("wrold_size=2")),
+    ),
+    Row(
+        "marker-faults",
+        "marker",
+        "MarkerError",
+        ("test_marked.py::test_marked", "faults are not a marker setting", "ddp_world.run(fn, faults=[...])"),
+        lambda e: e.pytest(files=_marked("faults=[]")),
     ),
     Row(
         "marker-positional",

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import errors, events
+from ddpfaults import engine, errors, events
 from ddpfaults.engine import capacity, pool
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import batches, check_faults
@@ -37,6 +37,7 @@ def run_world(
     spec: RunSpec | None = None,
     flight_recorder_dir: str | os.PathLike | None = None,
     require_faults_fire: bool = True,
+    cwd: str | os.PathLike | None = None,
     **settings,
 ) -> WorldResult:
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
@@ -57,8 +58,10 @@ def run_world(
     any rank starts. A fault that never fires although a rank it targets finished its function normally raises
     :class:`~ddpfaults.errors.FaultNeverFired` after the world, carrying the result (``exc.result``); the
     result's ``unfired`` lists every fault that never fired. A fault whose ranks all raised, died or stalled
-    first is not an error. ``require_faults_fire=False`` returns the result instead.
+    first is not an error. ``require_faults_fire=False`` returns the result instead. ``cwd``: the ranks' working
+    directory while ``fn`` runs (default: this process's).
     """
+    cwd = check_cwd(cwd, "run_world")
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
     faults = check_faults(faults, spec.world_size)
     if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
@@ -71,6 +74,7 @@ def run_world(
         file=getattr(sys.modules.get(fn_module), "__file__", None),
         function=describe_function(fn),
         kwargs=repr(dict(kwargs)) if kwargs else "",
+        cwd=cwd,
     )
     result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
     if require_faults_fire:
@@ -86,6 +90,19 @@ def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
     if not (spec.reuse and pool.pooled(pool.world_key(spec))):  # a pooled world is already held
         capacity.check_world_size(spec.world_size)
     return spec
+
+
+def check_cwd(cwd, call: str) -> str | None:
+    """``cwd`` as an absolute path (None stays None), once it is known to be a directory; a ConfigError naming
+    ``call`` otherwise."""
+    if cwd is None:
+        return None
+    if not isinstance(cwd, (str, os.PathLike)):
+        raise errors.ConfigError(f"{call}: cwd must be a directory's path, got {cwd!r}")
+    path = os.path.abspath(os.fspath(cwd))
+    if not os.path.isdir(path):
+        raise errors.ConfigError(f"{call}: cwd {path!r} is not a directory (the ranks' working directory)")
+    return path
 
 
 def check_output_dir(path, name: str) -> None:
@@ -113,6 +130,7 @@ class Work:
     replay: str | None = None
     step_clock: str = "ctx.step"
     script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
+    cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -182,6 +200,7 @@ class LocalWorld(loop.Observer):
                 for i in alive:
                     result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
             result.reused = keep
+            engine.finished(result)
             return result
         finally:
             if self.ranks is not None:
@@ -223,6 +242,7 @@ class LocalWorld(loop.Observer):
             env=dict(os.environ),
             empty_batch_types=batches.registered(),
             script=self.work.script,
+            cwd=self.work.cwd,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()

@@ -8,16 +8,19 @@ judged like any ``run_world`` world. Script worlds are never reused (the script 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
 import os
 import pickle
 import shlex
+import shutil
 import sys
+import tempfile
 from datetime import timedelta
 
-from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
+from ddpfaults.engine.launcher import LocalWorld, Work, check_cwd, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
@@ -71,7 +74,7 @@ def run_script(
             file=None,
             function=target.name,
             kwargs=shlex.join(target.argv),
-            replay=replay_line(target, spec, faults),
+            replay=replay_line(target, spec, faults, cwd),
             step_clock=target.clock,
             script=True,
         )
@@ -81,6 +84,25 @@ def run_script(
     if require_faults_fire:
         require_faults_fired(result)
     return result
+
+
+class FreshDirectory(str):
+    """A world's fresh, empty working directory (:func:`world_directory`): its replay gets a fresh one too."""
+
+
+@contextlib.contextmanager
+def world_directory(cwd=None):
+    """The working directory of one world (a script's, or the fixture's rank function's): ``cwd`` as it is, or
+    (None) a fresh empty directory, removed when the block ends. A world that must find what an earlier one left (a
+    restart) is given that one's."""
+    if cwd is not None:
+        yield cwd
+        return
+    directory = FreshDirectory(tempfile.mkdtemp(prefix="ddpfaults-cwd-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
@@ -97,16 +119,15 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
     if step_clock not in seams.STEP_CLOCKS:
         raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
-    cwd = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
-    if not os.path.isdir(cwd):
-        raise ConfigError(f"run_script: cwd {cwd!r} is not a directory (the ranks' working directory)")
+    cwd = check_cwd(cwd, "run_script") or os.getcwd()
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
         if not os.path.isfile(path):
             raise ScriptError(f"script {os.fspath(path)!r} not found (working directory {cwd})")
     elif not _module_exists(module, cwd):
         raise ScriptError(f"module {module!r} not found (python -m {module} from {cwd} would fail)")
-    return script.ScriptTarget(path, module, tuple(argv), cwd, step_clock, master_port=0, run_id="")
+    shown = path and (os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path)
+    return script.ScriptTarget(path, module, tuple(argv), cwd, step_clock, master_port=0, run_id="", shown=shown)
 
 
 def _module_exists(module: str, cwd: str) -> bool:
@@ -119,8 +140,17 @@ def _module_exists(module: str, cwd: str) -> bool:
         sys.path.remove(cwd)
 
 
-def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple) -> str:
-    """The command that reruns this script world with the same seed, faults and settings."""
-    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(os.path.relpath(target.path))
+def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple, cwd=None) -> str:
+    """The command that reruns this script world with the same seed, faults and settings, in the directory it ran
+    in: ``cwd`` as it was given to :func:`run_script` (None: the caller's, where the command runs; a
+    :class:`FreshDirectory`: a fresh one of its own, ``--cwd "$(mktemp -d)"``)."""
+    if isinstance(cwd, FreshDirectory):
+        where = ["--cwd", '"$(mktemp -d)"']
+    elif cwd is not None and target.cwd != os.getcwd():
+        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
+    else:
+        where = []
+    path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))
+    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
     argv = ["--", shlex.join(target.argv)] if target.argv else []
-    return run_command(what, spec, ["--step-clock", target.clock, *faults_option(faults), *argv])
+    return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])

@@ -153,6 +153,11 @@ class Fault:
         """The keyword arguments ``DistributedDataParallel(module, *args, **kwargs)`` gets instead; None: no effect."""
         return None
 
+    def unfired_hint(self, calls: list) -> str:
+        """Why this fault may never have fired, for its never-fired message ("": nothing to add); ``calls``: the
+        collectives its ranks made at its steps (the judge's ``Collective`` records: ``op``, ``maker``...)."""
+        return ""
+
     def acts_on_ddp_buckets(self, rank: int) -> bool:
         """True if this fault may act on ``rank``'s DDP gradient buckets (DDP then gets ddpfaults' comm hook)."""
         return False

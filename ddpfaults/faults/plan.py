@@ -1,6 +1,7 @@
 """A fault plan written as text (``--faults '[EmptyBatch(rank=1, step=1)]'``), parsed, never evaluated.
 
-Accepted: a list or tuple of fault constructor calls (or a single call), each naming a public fault class of
+Accepted: a list or tuple of fault constructor calls (a single call outside a list is refused, as a lone fault is
+everywhere a plan is given), each naming a public fault class of
 :mod:`ddpfaults.faults` with keyword arguments whose values are literals (numbers, strings, lists, None...),
 ``signal.SIGTERM``-style signal names, or a built-in exception built from literals (``RuntimeError('x')``,
 as ``RankCrash``'s repr writes it). Every fault's ``repr`` parses back to an equal fault.
@@ -62,6 +63,13 @@ def parse_plan(text: str) -> list:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
         raise FaultError(f"--faults {text!r}: not a list of faults ({exc.msg})") from None
-    items = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
+    if not isinstance(tree, (ast.List, ast.Tuple)):
+        source = text.strip()
+        raise FaultError(
+            f"--faults {source!r}: a plan is a list of faults; wrap it in a list: --faults '[{source}]'"
+            if isinstance(tree, ast.Call)
+            else f"--faults {source!r}: not a list of faults like [EmptyBatch(rank=1, step=1)]"
+        )
+    items = tree.elts
     classes = _fault_classes()
     return [_fault(node, classes, text) for node in items]

@@ -217,6 +217,23 @@ class SkippedCollective(CollectiveFault):
         """Skip once per (rank, step): the first matching collective."""
         return self.matches(op) and ctx.once(self)
 
+    def unfired_hint(self, calls: list) -> str:
+        """The collectives its step had, when none was one it skips: DDP's buckets only (``op='ddp_bucket'`` skips
+        one), other ops, or none."""
+        if any(self.matches(call.op) and call.maker == "user" for call in calls):
+            return ""
+        if self.op is None and any(call.maker == "ddp_bucket" for call in calls):
+            return (
+                "its step's only collectives were DDP's gradient-bucket all_reduces, which a SkippedCollective "
+                "without op never skips: give op='ddp_bucket' to skip one"
+            )
+        made = sorted({call.op for call in calls if call.maker == "user"})
+        if made:
+            return f"its step had no {self.op} (the code called {', '.join(made)})"
+        return "its rank made no collective of its own at its step" + (
+            ": give op='ddp_bucket' to skip a DDP gradient bucket" if self.op is None else ""
+        )
+
     def same_effect(self, other: Fault) -> str | None:
         """Two skips whose ops overlap both claim the first matching collective."""
         if not isinstance(other, SkippedCollective):

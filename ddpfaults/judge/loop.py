@@ -248,6 +248,7 @@ def rank_result(
             res.value = pickle.loads(reported["value"])
         except Exception as exc:  # noqa: BLE001 - a value this process cannot rebuild is shown, not fatal
             res.value = f"<unpicklable here: {type(exc).__name__}: {exc}>"
+        res.wrapped = reported.get("wrapped", [])
         if not observer.exited(i):
             res.where = "finished; waiting for the verdict"
     elif reported is not None:

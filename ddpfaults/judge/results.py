@@ -126,6 +126,7 @@ class UnfiredFault:
     index: int
     fault: str
     finished: tuple = ()
+    hint: str = ""  # why it may not have fired, when the fault can tell (the collectives its step had...)
 
     @property
     def had_chance(self) -> bool:
@@ -134,8 +135,12 @@ class UnfiredFault:
 
     def describe(self) -> str:
         """``EmptyBatch(rank=1, step=9) never fired, though rank 1 finished its function``."""
+        hint = f": {self.hint}" if self.hint else ""
         if self.had_chance:
-            return f"{self.fault} never fired, though {format_ranks(self.finished)} finished without it taking effect"
+            return (
+                f"{self.fault} never fired, though {format_ranks(self.finished)} finished without it taking effect"
+                + hint
+            )
         return f"{self.fault} never fired (no rank it targets finished its function: they raised, died or stalled)"
 
 
@@ -226,6 +231,7 @@ class RankResult:
     output: str = ""  # the captured stdout+stderr (tail)
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
     timed_out: bool = False  # still running (or blocked) when its world timed out while making progress
+    wrapped: list[dict] = field(default_factory=list)  # the modules it wrapped in DDP/FSDP, their state's digest
 
     @property
     def outcome(self) -> Outcome:
@@ -336,7 +342,8 @@ class WorldResult:
         kwargs["ranks"] = [RankResult.from_dict(r) for r in kwargs["ranks"]]
         kwargs["fired"] = [FiredFault(**f) for f in kwargs.get("fired", [])]
         kwargs["unfired"] = [
-            UnfiredFault(f["index"], f["fault"], tuple(f.get("finished", ()))) for f in kwargs.get("unfired", [])
+            UnfiredFault(f["index"], f["fault"], tuple(f.get("finished", ())), f.get("hint", ""))
+            for f in kwargs.get("unfired", [])
         ]
         kwargs["divergence"] = Divergence.from_dict(kwargs["divergence"]) if kwargs.get("divergence") else None
         return cls(**kwargs)

@@ -317,11 +317,15 @@ def mark_collateral(ranks: list[RankResult]) -> None:
 
 def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
     """The faults of ``plan`` (fault values: their ``ranks``, None for every rank) with no ``fired`` record, each
-    with the ranks it targets that finished their function all the same (see :class:`UnfiredFault`)."""
+    with the ranks it targets that finished their function all the same (see :class:`UnfiredFault`) and, if any
+    did, the fault's hint at why from the collectives they made at its steps (:meth:`Fault.unfired_hint`)."""
     took = {f.index for f in fired}
     finished = [r.rank for r in ranks if RankState(r.state) == RankState.FINISHED]
-    return [
-        UnfiredFault(i, repr(fault), tuple(r for r in finished if fault.ranks is None or r in fault.ranks))
-        for i, fault in enumerate(plan)
-        if i not in took
-    ]
+    unfired = []
+    for i, fault in enumerate(plan):
+        if i in took:
+            continue
+        targeted = tuple(r for r in finished if fault.ranks is None or r in fault.ranks)
+        calls = [c for r in ranks if r.rank in targeted for c in r.collectives if fault.applies(r.rank, c.step)]
+        unfired.append(UnfiredFault(i, repr(fault), targeted, fault.unfired_hint(calls) if targeted else ""))
+    return unfired

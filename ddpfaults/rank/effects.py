@@ -3,7 +3,7 @@ kind's rank-side effect lives (the faults never import the rank side; a fault va
 looks the effect up here).
 
 - ``OutOfMemory``: the rank's address space is limited when its step starts (:mod:`ddpfaults.rank.memory`), and
-  lifted when its next step starts or its job ends;
+  lifted when its next step starts or its job ends; it fires when an allocation fails under the limit;
 - the checkpoint faults (``TornCheckpointWrite``, ``WriterKilledMidSave``): ``torch.save``/``torch.load`` are
   intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
   collectives it enters, so the writer stops holding for a reader blocked there;
@@ -38,12 +38,15 @@ class Effect:
 
 
 def _limit_memory(ctx, fault: OutOfMemory) -> None:
-    """Limit the rank's address space (lifted when its next step starts, or its job ends)."""
+    """Limit the rank's address space (lifted when its next step starts, or its job ends); the fault fires when an
+    allocation fails under the limit (a step that stays below it is left unchanged, and the fault unfired)."""
     done = memory.limit(MARGIN)
     if done is None:
         ctx.record_fired(fault, "raised MemoryError: the address space could not be limited", effect="memory")
         raise MemoryError("injected out of memory (the address space could not be limited)")
-    ctx.record_fired(fault, done, effect="memory")
+    memory.watch(
+        lambda error: ctx.record_fired(fault, f"{done}; an allocation failed under it: {error}", effect="memory")
+    )
 
 
 def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, effects, running
+from ddpfaults.rank import context, effects, running, wrapped
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -61,15 +61,17 @@ def run_job(
 ) -> dict:
     """Run ``fn(ctx, *args, **kwargs)`` (``load()`` gives the triple) and report it; return the result dict.
 
-    The result dict holds ``value`` (pickled), or ``error``, ``traceback`` and ``site``. ``publish(result)``
-    stores it where the judge reads it; the ``finished`` event carries ``leftovers()``, the state the job left
-    in this process, and ``exits`` when ``process_ends`` (the process ends with the job: its peers will read its
-    connections closed). ``init_process_group`` None: the function initialises its own (a script world). A failure
-    is not reported when ``still_reporting()`` says the world was already judged.
+    The result dict holds ``value`` (pickled) and ``wrapped`` (the modules it wrapped in DDP or FSDP, with their
+    state's digest: :func:`ddpfaults.rank.wrapped.records`), or ``error``, ``traceback`` and ``site``.
+    ``publish(result)`` stores it where the judge reads it; the ``finished`` event carries ``leftovers()``, the
+    state the job left in this process, and ``exits`` when ``process_ends`` (the process ends with the job: its
+    peers will read its connections closed). ``init_process_group`` None: the function initialises its own (a
+    script world). A failure is not reported when ``still_reporting()`` says the world was already judged.
     """
     seed_everything(ctx.seed)
     running.activate(ctx)
-    result = {"value": None, "error": None, "traceback": None, "site": None}
+    result = {"value": None, "error": None, "traceback": None, "site": None, "wrapped": []}
+    wrapped.forget()
     try:
         fn, args, kwargs = load()
         if init_process_group is not None:
@@ -102,6 +104,8 @@ def run_job(
         return result
     effects.job_ends()
     running.activate(None)
+    result["wrapped"] = wrapped.records()
+    wrapped.forget()
     left = leftovers()
     publish(result)
     ends = {"exits": True} if process_ends else {}

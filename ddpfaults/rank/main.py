@@ -65,6 +65,7 @@ class Job:
     env: dict = field(default_factory=dict)
     empty_batch_types: dict = field(default_factory=dict)  # register_empty_batch's transforms in the launcher
     script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
+    cwd: str | None = None  # the working directory while the function runs (None: the rank's own)
 
 
 def _write_result(path: str, result: dict) -> None:
@@ -246,9 +247,17 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         return leftovers
 
     batches.adopt(job.empty_batch_types)
+    home = _cwd()
+
+    def load():
+        payload = _load_payload(job)  # by the rank's own sys.path, before the move
+        if job.cwd is not None:
+            os.chdir(job.cwd)
+        return payload
+
     result = run_job(
         ctx,
-        load=lambda: _load_payload(job),
+        load=load,
         init_process_group=None if job.script else init_process_group,
         publish=publish,
         leftovers=left_behind,
@@ -260,7 +269,17 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         _linger()
     if job.script:
         _exit_as_worker()
+    if job.cwd is not None and home is not None:
+        os.chdir(home)  # a warm rank's next job starts where the rank did
     return leftovers
+
+
+def _cwd() -> str | None:
+    """The working directory (None: it was removed under the rank)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
 
 
 def _exit_as_worker() -> None:

@@ -38,11 +38,12 @@ class ScriptTarget:
     clock: str
     master_port: int
     run_id: str
+    shown: str | None = None  # how a report names the script: its path as the caller gave it (None: from cwd)
 
     @property
     def name(self) -> str:
         """``train.py`` or ``-m pkg.module``, as a report names it."""
-        return self.module and f"-m {self.module}" or os.path.relpath(self.path, self.cwd)
+        return self.module and f"-m {self.module}" or self.shown or os.path.relpath(self.path, self.cwd)
 
 
 def worker_env(target: ScriptTarget, rank: int, world_size: int, threads: int) -> dict[str, str]:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ddpfaults import Outcome, run_script, run_world
+from ddpfaults import Expect, Outcome, run_script, run_world
 from ddpfaults.faults import EmptyBatch, RankOnlyBarrier, UnevenInputs
 from rankfns import asymmetric_collectives, fsdp_dcp_round_trip, split_train
 
@@ -66,6 +66,9 @@ def test_an_fsdp2_and_dcp_world_is_recorded_by_maker_with_no_divergence(tmp_path
     assert ("all_gather", "fsdp_all_gather") in makers and ("scatter", "dcp") in makers, makers
     assert any(maker == "fsdp_reduce_scatter" for _, maker in makers), makers
     assert not any(maker.startswith("ddp") for _, maker in makers), makers
+    # the two roots fully_shard made (each layer is inside its root), sharded: the replica check leaves them out
+    assert [(w["kind"], w["sharded"]) for w in result.ranks[0].wrapped] == [("fsdp", True), ("fsdp", True)]
+    assert Expect("completed", values_equal=True).mismatches(result) == []  # the values are compared instead
 
 
 @pytest.mark.parametrize(

@@ -56,8 +56,8 @@ def test_require_faults_fire_false_returns_the_result_with_its_unfired_faults():
     assert result.unfired == [UnfiredFault(0, repr(plan[0]), (0,)), UnfiredFault(1, repr(plan[1]), (1,))]
     data = json.loads(result.to_json())
     assert data["unfired"] == [
-        {"index": 0, "fault": repr(plan[0]), "finished": [0]},
-        {"index": 1, "fault": repr(plan[1]), "finished": [1]},
+        {"index": 0, "fault": repr(plan[0]), "finished": [0], "hint": ""},
+        {"index": 1, "fault": repr(plan[1]), "finished": [1], "hint": ""},
     ]
     assert WorldResult.from_dict(data).unfired == result.unfired
 

@@ -11,6 +11,7 @@ import pytest
 from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
+from ddpfaults.engine.scripts import world_directory
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, SkippedCollective, UnevenInputs
 
@@ -68,6 +69,24 @@ def test_a_skipped_ddp_bucket_in_a_plain_script_names_the_rank_that_skipped():
     assert result.outcome != Outcome.COMPLETED and result.root_rank == 1, result.report()
     assert "DDP gradient bucket" in result.divergence.describe()
     _no_survivors(result)
+
+
+def test_a_skip_without_op_in_a_plain_ddp_script_never_fires_and_names_op_ddp_bucket():
+    """plain_train.py's steps have DDP's gradient buckets only: a SkippedCollective without op finds nothing to skip,
+    and its never-fired message says which op would."""
+    result = run_script(PLAIN, world_size=2, faults=[SkippedCollective(rank=1, step=2)], require_faults_fire=False)
+    assert result.outcome == Outcome.COMPLETED and result.fired == [], result.report()
+    (unfired,) = result.unfired
+    assert unfired.finished == (1,) and "give op='ddp_bucket' to skip one" in unfired.describe()
+
+
+def test_a_world_in_a_fresh_directory_replays_in_a_fresh_one_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with world_directory() as fresh:
+        result = run_script(PLAIN, ["--checkpoint", "model.pt"], world_size=2, cwd=fresh)
+        assert os.listdir(fresh) == ["model.pt"]
+    assert result.outcome == Outcome.COMPLETED and not os.path.exists(fresh) and os.listdir(tmp_path) == []
+    assert f"{PLAIN} --world-size 2" in result.replay and ' --cwd "$(mktemp -d)" ' in result.replay
 
 
 def test_naive_empty_batch_names_the_rank_that_left_early():

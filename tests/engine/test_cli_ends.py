@@ -1,0 +1,78 @@
+"""How ``python -m ddpfaults run`` ends when its caller goes: Ctrl-C (one line, nothing left running), a stdout
+closed early (``| head``: the ``--json`` document is written first all the same); and ``--cwd``, where a script's
+relative paths lead."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import ddpfaults.__main__ as cli_main
+import rankfns
+from cli import ROOT, ddpfaults_cli
+from processes import alive, descendants
+
+PLAIN = f"{ROOT}/tests/support/scripts/plain_train.py"
+
+
+def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
+    """Ctrl-C while the ranks (and their DataLoader workers) run: one line, status 130, every process below gone.
+    Forked ranks: no fork server to start, the world is up in a moment."""
+    command = [sys.executable, "-m", "ddpfaults", "run", f"{rankfns.__file__}:record_pids", "--world-size", "2"]
+    command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}", "--timeout", "90"]
+    command += ["--start-method", "fork"]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()
+            time.sleep(0.05)
+        below = descendants(run.pid)
+        workers = [w for r in (0, 1) for w in json.loads((tmp_path / f"rank{r}.json").read_text())["workers"]]
+        assert len(below) >= 4 and set(workers) <= set(below), below  # the ranks and their workers at least
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert (run.returncode, err.splitlines(), out) == (
+        130,
+        ["ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running"],
+        "",
+    )
+    deadline = time.monotonic() + 10
+    while alive(below) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive(below) == []
+
+
+class _ClosedPipe:
+    """A stdout whose reader has gone (``| head`` after its lines)."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_json_is_written_before_the_report_is_printed_to_a_closed_stdout(tmp_path, monkeypatch):
+    closed = []
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    monkeypatch.setattr(cli_main, "_stdout_closed", lambda: closed.append(True) or 1)
+    out = tmp_path / "out.json"
+    argv = ["run", f"{rankfns.__file__}:all_reduce_steps", "--world-size", "2", "--json", str(out)]
+    assert cli_main.main(argv) == 1 and closed == [True]
+    (world,) = json.loads(out.read_text())["worlds"]
+    assert world["outcome"] == "completed"
+
+
+def test_cwd_is_where_a_scripts_relative_paths_lead(tmp_path, capsys, monkeypatch):
+    run = ddpfaults_cli(capsys, monkeypatch, "run", PLAIN, "--world-size", "2", "--cwd", tmp_path, "--", "--checkpoint",
+                        "model.pt")  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "model.pt").exists() and not (tmp_path.parent / "model.pt").exists()

@@ -1,0 +1,93 @@
+"""Scripts in a pytest session, as functions are: ``ddp_world.run_script``, script scenarios in fresh working
+directories, a bare ``run_script`` in a test, every world in the JSON report and JUnit, replica checks that fail.
+
+One session (a subprocess, real gloo worlds) runs the user files below; ``resume_train.py`` saves ``model.pt`` in
+its working directory and, finding one there, resumes from it on rank 0 only (after DDP was built): its replicas
+then differ though the world completes.
+"""
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from pluginruns import assert_no_orphans, isolate, run
+
+RESUME = (Path(__file__).resolve().parents[1] / "support" / "scripts" / "resume_train.py").read_text()
+
+SCENARIOS = """
+import ddpfaults
+
+EQUAL = ddpfaults.Expect("completed", values_equal=True)
+first = ddpfaults.script_scenario("resume_train.py", name="first", expect=EQUAL)
+second = ddpfaults.script_scenario("resume_train.py", name="second", expect=EQUAL)
+"""
+
+WHERE = """
+import os
+
+
+def where(ctx):
+    return os.getcwd(), sorted(os.listdir("."))
+"""
+
+TESTS = """
+import os
+
+import ddpfaults
+import rankfns_cwd
+
+EQUAL = ddpfaults.Expect("completed", values_equal=True)
+
+
+def test_through_the_fixture(ddp_world):
+    result = ddp_world.run_script("resume_train.py", world_size=2, expect=EQUAL)
+    assert [r.wrapped[0]["type"] for r in result.ranks] == ["Linear", "Linear"]
+
+
+def test_replicas_that_differ_fail(ddp_world, tmp_path):
+    ddp_world.run_script("resume_train.py", world_size=2, cwd=tmp_path, expect=EQUAL)
+    ddp_world.run_script("resume_train.py", world_size=2, cwd=tmp_path, expect=EQUAL)  # resumes on rank 0 only
+
+
+def test_functions_run_where_asked(ddp_world, tmp_path):
+    assert ddp_world.run(rankfns_cwd.where, world_size=2).values[0][0] == os.getcwd()
+    assert ddp_world.run(rankfns_cwd.where, world_size=2, cwd=tmp_path).values == [(str(tmp_path), [])] * 2
+    assert ddpfaults.run_world(rankfns_cwd.where, world_size=2).values[0][0] == os.getcwd()  # back home after a job
+
+
+def test_bare_run_script(tmp_path):
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_train.py")
+    assert ddpfaults.run_script(script, world_size=2, cwd=tmp_path).outcome == "completed"
+"""
+
+
+def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
+    isolate(
+        pytester, monkeypatch, resume_train=RESUME, rankfns_cwd=WHERE, scenario_scripts=SCENARIOS, test_scripts=TESTS
+    )
+    result, document = run(pytester, "-v", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=5, failed=1)
+    # the second script scenario passes: the first one's model.pt stayed in the first world's own directory
+    result.stdout.fnmatch_lines(["*scenario_scripts.py::first PASSED*", "*scenario_scripts.py::second PASSED*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*replicas differ: module #0 (Linear, wrapped in DDP at resume_train.py:* in main) ends with a different "
+            "state per rank: rank 0 *, rank 1 *",
+        ]
+    )
+    assert not (pytester.path / "model.pt").exists(), "a fresh directory per world: nothing left in the caller's"
+    worlds = [
+        (w["nodeid"].split("::")[-1], w["function"], (w["expectation"] or {}).get("held")) for w in document["worlds"]
+    ]
+    assert worlds == [
+        ("first", "resume_train.py", True),
+        ("second", "resume_train.py", True),
+        ("test_through_the_fixture", "resume_train.py", True),
+        ("test_replicas_that_differ_fail", "resume_train.py", True),
+        ("test_replicas_that_differ_fail", "resume_train.py", False),
+        *[("test_functions_run_where_asked", "rankfns_cwd.py:where", None)] * 3,
+        ("test_bare_run_script", "resume_train.py", None),  # no fixture, no expectation: recorded all the same
+    ]
+    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    bare = junit.find(".//testcase[@name='test_bare_run_script']")
+    assert {p.get("name"): p.get("value") for p in bare.iter("property")}["ddpfaults.verdict"] == "completed"
+    assert_no_orphans(document)
