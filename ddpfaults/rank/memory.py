@@ -11,16 +11,14 @@ from __future__ import annotations
 import mmap
 import resource
 
+import psutil
+
 _saved: tuple[int, int] | None = None  # the limit in force before ours, while ours is
 
 
 def address_space() -> int:
     """This process's virtual address space in bytes (``VmSize``)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no VmSize in /proc/self/status")
+    return psutil.Process().memory_info().vms
 
 
 def limit(margin: int) -> str | None:
