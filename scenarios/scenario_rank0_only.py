@@ -11,7 +11,7 @@ rank 0) evaluates on a held-out batch. Measured on gloo (what the variants asser
 - ``naive_ddp_forward``: rank 0 evaluates through the DDP wrapper (``ddp(x)`` under ``no_grad``), whose forward
   broadcasts the BatchNorm buffers (128 bytes) from rank 0 while its peers, in their training forward, expect
   the 28-byte bucket-index broadcast: gloo aborts both receivers (SIGABRT on ranks 1 and 2, "Received data size
-  doesn't match expected size"); rank 0 gets "Connection reset by peer": a crash (6 of 6), contradicting the
+  doesn't match expected size"; torch 2.8's gloo prints only its check, ``op.preamble.length <= op.nbytes``); rank 0 gets "Connection reset by peer": a crash (6 of 6), contradicting the
   field's "rank-0 evaluation hangs". A rank gloo aborts leaves no flight-recorder dump (usually rank 0's is the only
   one) and ddpfaults' tracing does not see DDP's forward broadcasts, so the judge sets rank 0's last recorded
   collective (its evaluation's broadcast) beside where gloo aborted ranks 1 and 2 (their training forward, from
@@ -82,7 +82,7 @@ def _evaluate(ctx, ddp, step, how):
         ddpfaults.variant(
             "naive_ddp_forward",
             kwargs={"how": "ddp_forward"},
-            expect=ddpfaults.Expect("crashed", rank=0, root_cause="Received data size doesn't match expected size"),
+            expect=ddpfaults.Expect("crashed", rank=0, root_cause="gloo detected the collective mismatch"),
         ),
         ddpfaults.variant(
             "naive_barrier", kwargs={"how": "barrier"}, stall=HANG_STALL, expect="hung on rank 0 in barrier"
