@@ -15,7 +15,8 @@ from ddpfaults.proc import platform
 
 @pytest.mark.parametrize("version", ["2.7.1", "2.4.1+cu121", "1.13.1"])
 def test_a_torch_older_than_the_floor_is_refused_naming_both_versions(version):
-    with pytest.raises(errors.UnsupportedTorch, match=rf"needs torch >= 2\.8; the installed torch is {re.escape(version)} "):
+    expected = rf"needs torch >= 2\.8; the installed torch is {re.escape(version)} "
+    with pytest.raises(errors.UnsupportedTorch, match=expected):
         requirements.check_torch(version)
 
 
