@@ -8,11 +8,15 @@ Importing the package is cheap (pytest loads its plugin on every run); names tha
 torch are imported on first use.
 """
 
-from ddpfaults.errors import DDPFaultsError
-from ddpfaults.expect import Check, Expect
-from ddpfaults.judge.results import Collective, Divergence, FiredFault, Outcome, RankResult, RankState, WorldResult
-from ddpfaults.scenario import ScenarioError, scenario, script_scenario, variant
-from ddpfaults.spec import RunSpec, StopReason
+from ddpfaults.requirements import check_torch
+
+check_torch()
+
+from ddpfaults.errors import DDPFaultsError  # noqa: E402
+from ddpfaults.expect import Check, Expect  # noqa: E402
+from ddpfaults.judge.results import Collective, Divergence, FiredFault, Outcome, RankResult, RankState, WorldResult  # noqa: E402
+from ddpfaults.scenario import ScenarioError, scenario, script_scenario, variant  # noqa: E402
+from ddpfaults.spec import RunSpec, StopReason  # noqa: E402
 
 
 def pytest_addhooks(pluginmanager):

@@ -29,6 +29,14 @@ class UnknownPeerFailure(ConfigError):
     """``peer_failure`` is not ``"exit"`` or ``"linger"``."""
 
 
+class UnsupportedPlatform(DDPFaultsError):
+    """This machine lacks what a world needs (Linux's ``/proc`` thread states, ``prctl``); names what is missing."""
+
+
+class UnsupportedTorch(DDPFaultsError, ImportError):
+    """The installed torch is older than the oldest ddpfaults supports; names both versions."""
+
+
 class FunctionNotRunnable(DDPFaultsError, TypeError):
     """The rank function is not callable, or cannot be pickled by reference (lambda, closure, local def)."""
 

@@ -1,4 +1,5 @@
 """``python -m ddpfaults matrix [PATHS...] [--json] [--seed N]``: run every scenario case, print a truth table.
+``python -m ddpfaults.matrix`` prints ``docs/scenarios.md`` (the cases, without running them).
 
 Each case (see :func:`ddpfaults.scenario.discover`; the built-ins by default) runs in a real world;
 the table has one row per case: scenario, variant, expected, observed verdict, root cause,
@@ -114,6 +115,36 @@ def summary(rows: list[Row], wall: float) -> str:
     return "\n".join(lines)
 
 
+REFERENCE_HEADER = """# Built-in scenarios
+
+Generated from the scenario modules in `scenarios/` by `python -m ddpfaults.matrix > docs/scenarios.md`;
+`tests/test_scenarios_doc.py` fails when this file and the code disagree. Each module reproduces one failure seen
+in the field (its first line says which; its docstring says what each variant does on gloo, as measured), with
+naive variants that fail the way the field saw and fixed variants that complete. `python -m ddpfaults matrix` runs
+every case below and prints what it observed next to what is expected (the exit code is 1 if any differs); the
+test suite runs them too (`tests/scenarios/`). How an expectation reads: [pytest.md](pytest.md).
+"""
+
+
+def reference(cases=None) -> str:
+    """``docs/scenarios.md``: every case (default: the built-ins) by module, with its world size, its faults and its
+    expectation, after the module docstring's first line."""
+    cases = discover() if cases is None else cases
+    parts, module = [REFERENCE_HEADER], None
+    for case in cases:
+        declared_in = case.scenario.module or getattr(case.scenario.fn, "__module__", None)
+        if declared_in != module:
+            module = declared_in
+            doc = (getattr(sys.modules.get(module), "__doc__", None) or "").strip()
+            first = " ".join(doc.split("\n\n")[0].split())
+            parts.append(f"\n## `{module}.py`\n\n{first}\n\n| case | ranks | faults | expected |\n|---|---|---|---|")
+        spec = case.resolve(RunSpec())
+        faults = ", ".join(repr(f) for f in spec.faults) or "none"
+        cells = [f"`{case.id}`", str(spec.spec.world_size), faults, case.expect.describe()]
+        parts.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(parts) + "\n"
+
+
 def add_parser(sub) -> None:
     """Add the ``matrix`` subcommand to an argparse subparsers object."""
     parser = sub.add_parser("matrix", help="run every scenario case (default: the built-ins) and print a truth table")
@@ -152,3 +183,7 @@ def main(args) -> int:
         print(summary(rows, time.monotonic() - started))
     sys.stdout.flush()
     return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -9,14 +9,15 @@ rank 0) evaluates on a held-out batch. Measured on gloo (what the variants asser
   diverging (6 of 6 runs).
 - ``naive_barrier``: ``dist.barrier()`` in rank 0's evaluation meets the same broadcast: a hang on rank 0 (6 of 6).
 - ``naive_ddp_forward``: rank 0 evaluates through the DDP wrapper (``ddp(x)`` under ``no_grad``), whose forward
-  broadcasts the BatchNorm buffers (128 bytes) from rank 0 while its peers, in their training forward, expect
-  the 28-byte bucket-index broadcast: gloo aborts both receivers (SIGABRT on ranks 1 and 2, "Received data size
-  doesn't match expected size"); rank 0 gets "Connection reset by peer": a crash (6 of 6), contradicting the
-  field's "rank-0 evaluation hangs". A rank gloo aborts leaves no flight-recorder dump (usually rank 0's is the only
-  one) and ddpfaults' tracing does not see DDP's forward broadcasts, so the judge sets rank 0's last recorded
-  collective (its evaluation's broadcast) beside where gloo aborted ranks 1 and 2 (their training forward, from
-  their dying stacks) and names rank 0, the rank that diverged. (Before that it named rank 1, an aborted receiver,
-  in 97 of 100 soak rounds, and rank 0 when the judge had asked for a receiver's dump in time.)
+  broadcasts the BatchNorm buffers (128 bytes) from rank 0 while its peers, in their training forward, expect the
+  28-byte bucket-index broadcast: gloo aborts both receivers (SIGABRT on ranks 1 and 2, "Received data size doesn't
+  match expected size"; torch 2.8's gloo prints only its check, ``op.preamble.length <= op.nbytes``); rank 0 gets
+  "Connection reset by peer": a crash (6 of 6), contradicting the field's "rank-0 evaluation hangs". A rank gloo
+  aborts leaves no flight-recorder dump (usually rank 0's is the only one) and ddpfaults' tracing does not see DDP's
+  forward broadcasts, so the judge sets rank 0's last recorded collective (its evaluation's broadcast) beside where
+  gloo aborted ranks 1 and 2 (their training forward, from their dying stacks) and names rank 0, the rank that
+  diverged. (Before that it named rank 1, an aborted receiver, in 97 of 100 soak rounds, and rank 0 when the judge
+  had asked for a receiver's dump in time.)
 - ``fixed_module``: rank 0 evaluates the unwrapped replica ``ddp.module`` and reduces nothing: completes,
   bit-equal replicas.
 - ``fixed_all_ranks``: every rank evaluates its own held-out batch and the metric is all_reduced by all:
@@ -82,7 +83,7 @@ def _evaluate(ctx, ddp, step, how):
         ddpfaults.variant(
             "naive_ddp_forward",
             kwargs={"how": "ddp_forward"},
-            expect=ddpfaults.Expect("crashed", rank=0, root_cause="Received data size doesn't match expected size"),
+            expect=ddpfaults.Expect("crashed", rank=0, root_cause="gloo detected the collective mismatch"),
         ),
         ddpfaults.variant(
             "naive_barrier", kwargs={"how": "barrier"}, stall=HANG_STALL, expect="hung on rank 0 in barrier"

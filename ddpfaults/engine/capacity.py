@@ -14,8 +14,9 @@ gloo, a fork-server rank):
 
 from __future__ import annotations
 
-import os
 import resource
+
+import psutil
 
 from ddpfaults import errors
 
@@ -25,14 +26,7 @@ LAUNCHER_FDS = 4
 
 
 def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return psutil.virtual_memory().available
 
 
 def _read_int(path: str) -> int | None:
@@ -61,10 +55,7 @@ def _free_fds() -> int | None:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return None
-    try:
-        return soft - len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return None
+    return soft - psutil.Process().num_fds()
 
 
 def budgets(mem_available=None, free_tasks=None, free_fds=None) -> dict[str, tuple[int, str]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 
+import psutil
+
 from ddpfaults.proc import mp_private, tree
 
 #: pid of every rank process started by this launcher process (each is also its process group id)
@@ -22,9 +24,8 @@ POOLED: set[int] = set()
 
 def _cmdline(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return "?"
 
 

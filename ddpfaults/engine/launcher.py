@@ -20,7 +20,7 @@ from ddpfaults.faults import batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
-from ddpfaults.proc import tree
+from ddpfaults.proc import platform, tree
 from ddpfaults.rank.main import Job
 from ddpfaults.spec import RunSpec, StopReason, check_call, output_problem, settings_given
 
@@ -83,7 +83,8 @@ def run_world(
 
 
 def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
-    """``spec`` with ``world_size`` (required), validated for a world on this machine (gloo)."""
+    """``spec`` with ``world_size`` (required), validated for a world on this machine (Linux, gloo)."""
+    platform.require("local worlds (run_world, run_script, the matrix, the pytest plugin)")
     spec = dataclasses.replace(spec, world_size=world_size)
     if spec.backend != "gloo":
         raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")

@@ -191,9 +191,14 @@ def root_cause(
     return None, "no failure"
 
 
+#: what gloo prints when it aborts a receiver whose size check failed: its enforce (every torch), the message newer
+#: torch adds to it, and gloo's own hint where it gives one ("Is there a distributed collective mismatch...?")
+GLOO_SIZE_CHECK = ("op.preamble.length <= op.nbytes", "Received data size doesn't match expected size", "mismatch")
+
+
 def gloo_aborted(rank: RankResult) -> bool:
     """True for a rank gloo killed on a collective mismatch (it aborts the receiver whose size check failed)."""
-    return rank.state == RankState.DIED and "mismatch" in (rank.error or "")
+    return rank.state == RankState.DIED and any(text in (rank.error or "") for text in GLOO_SIZE_CHECK)
 
 
 def _event_time(rank: RankResult, kind: str) -> float | None:

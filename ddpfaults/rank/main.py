@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -179,15 +180,7 @@ def leftover_state(config: RankConfig, baseline: dict) -> list[str]:
 
 
 def _child_pids() -> list[int]:
-    pids = []
-    task_dir = f"/proc/{os.getpid()}/task"
-    for task in os.listdir(task_dir) if os.path.isdir(task_dir) else ():
-        try:
-            with open(f"{task_dir}/{task}/children") as f:
-                pids += [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-    return pids
+    return [child.pid for child in psutil.Process().children()]
 
 
 _stack_file = None  # the open file stacks are dumped into on request (per job)

@@ -17,6 +17,8 @@ import mmap
 import resource
 import sys
 
+import psutil
+
 _saved: tuple[int, int] | None = None  # the limit in force before ours, while ours is
 _watching: tuple | None = None  # (callback, the trace function in force before ours) while a watch is on
 
@@ -68,11 +70,7 @@ def _unwatch() -> None:
 
 def address_space() -> int:
     """This process's virtual address space in bytes (``VmSize``)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no VmSize in /proc/self/status")
+    return psutil.Process().memory_info().vms
 
 
 def limit(margin: int) -> str | None:

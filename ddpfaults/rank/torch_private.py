@@ -1,19 +1,23 @@
 """Every use of torch's private API, in one place: what a torch upgrade may break, and where to look when it does.
 
-torch 2.13 offers no public way to do any of these: read the default process group or the registry of groups
-(``c10d._world``), dump the flight recorder (``torch._C._distributed_c10d._dump_fr_trace``) or empty it (its C++
-``reset_all``, hidden in libtorch_cpu: found by :mod:`ddpfaults.rank.native` in its symbol table), queue a
-callback at the end of a backward pass (the autograd engine's ``queue_callback``), read where torch.compile
-keeps its cache, or import Dynamo ahead of time. Each function says what it gives; callers keep their fallbacks
-(a function here raising, or returning None, means: not on this torch).
+torch offers no public way to do any of these: read the default process group or the registry of groups
+(``c10d._world``), dump the flight recorder (``torch._C._distributed_c10d._dump_fr_trace``) or empty it (torch
+2.15's ``_reset_fr_trace``; before it, its C++ ``reset_all``, hidden in libtorch_cpu: found by
+:mod:`ddpfaults.rank.native` in its symbol table), queue a callback at the end of a backward pass (the autograd
+engine's ``queue_callback``), read where torch.compile keeps its cache, or import Dynamo ahead of time. Each
+function says what it gives; callers keep their fallbacks (a function here raising, or returning None, means: not
+on this torch).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import getpass
 import os
 import pickle
+import re
+import tempfile
 
 import torch
 import torch.distributed.distributed_c10d as c10d
@@ -46,7 +50,11 @@ def queue_after_backward(callback) -> None:
 
 def inductor_cache_dir() -> str:
     """Where torch.compile keeps its cache by default (a directory under TMPDIR)."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # torch < 2.6: the same rule, inlined in runtime_utils.cache_dir (which creates it)
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+        return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
 
     return default_cache_dir()
 
@@ -57,18 +65,26 @@ def load_dynamo() -> None:
 
 
 #: torch's gloo flight recorder (``c10d::FlightRecorder<c10::Event>``): the pointer its ``get()`` keeps, and its
-#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and not bound to Python
-#: (torch 2.13's ``torch._C._distributed_c10d`` has only the dumps). ``reset_all`` starts a new epoch: a dump lists
-#: only the entries recorded since, and gloo retires entries by (id, epoch), so it keeps marking the new epoch's
-#: entries done.
+#: ``reset_all()``, declared ``TORCH_API`` in FlightRecorder.hpp but hidden in libtorch_cpu and, before torch 2.15,
+#: not bound to Python (``torch._C._distributed_c10d`` has only the dumps). ``reset_all`` starts a new epoch: a dump
+#: lists only the entries recorded since, and gloo retires entries by (id, epoch), so it keeps marking the new
+#: epoch's entries done.
 _RECORDER = b"_ZZN4c10d14FlightRecorderIN3c105EventEE3getEvE8instance"
 _RESET_ALL = b"_ZN4c10d14FlightRecorderIN3c105EventEE9reset_allEv"
 
 
+def _public_reset():
+    """torch's own reset of the gloo flight record (torch >= 2.15), or None."""
+    return getattr(torch._C._distributed_c10d, "_reset_fr_trace", None)
+
+
 @functools.cache
 def _reset_all():
-    """``(address of the recorder pointer, reset_all)`` for this process's libtorch_cpu, or None if its symbol
-    table does not list both as expected (another build, another platform)."""
+    """``(address of the recorder pointer, reset_all)`` for this process's libtorch_cpu, or None if torch has its
+    own reset (:func:`_public_reset`) or its symbol table does not list both as expected (another build, another
+    platform, a torch without a gloo flight recorder)."""
+    if _public_reset() is not None:
+        return None
     library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     found = native.symbols(library, [_RECORDER, _RESET_ALL])
     recorder, reset_all = found.get(_RECORDER), found.get(_RESET_ALL)
@@ -83,7 +99,14 @@ def _reset_all():
 
 def reset_flight_record() -> bool | None:
     """Empty the gloo flight recorder (a new epoch): True if it was reset, False if it holds nothing yet (no process
-    group made one), None if torch's symbols are not found."""
+    group made one), None where this torch gives no way to (neither its own reset nor the hidden symbols)."""
+    public = _public_reset()
+    if public is not None:
+        try:
+            public(backend="gloo")
+        except RuntimeError:  # no gloo recorder in this process
+            return None
+        return True
     found = _reset_all()
     if found is None:
         return None

@@ -11,16 +11,17 @@ import tempfile
 import threading
 
 from ddpfaults.judge.watch import main_thread
+from ddpfaults.proc import platform
 
 
 def sever_peer_sockets(keep_ports: set) -> int:
     """Shut down this process's TCP connections except the store's: what its exit would do to its peers."""
     severed = 0
-    for name in os.listdir("/proc/self/fd"):
+    for fd in sorted({c.fd for c in platform.tcp_connections() if c.fd >= 0}):
         try:
-            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
                 continue
-            sock = socket.socket(fileno=os.dup(int(name)))
+            sock = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
         try:

@@ -59,6 +59,7 @@ from ddpfaults.errors import DDPFaultsError
 from ddpfaults.expect import Expectation
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import describe_function
+from ddpfaults.proc import platform
 from ddpfaults.replay import replay_line, settings_of
 from ddpfaults.report.document import write_document
 from ddpfaults.scenario import load_module, scenarios_in
@@ -349,6 +350,7 @@ def main(argv=None) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)  # before any thread exists: every thread inherits it
     args = parse_args(argv)
     try:
+        platform.require("worlds under torchrun")
         env = TorchrunEnv.from_environ()
         case = load_case(args.spec)
         plan = resolve_plan(case, env, args)

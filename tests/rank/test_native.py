@@ -13,8 +13,9 @@ import torch
 from ddpfaults.rank import native, torch_private
 
 LIBTORCH = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-#: exported by libtorch_cpu (libtorch_python calls it): the dynamic linker can say where it is
-DUMP_FR_TRACE = b"_ZN4c10d13dump_fr_traceB5cxx11Ebbb"
+#: exported by libtorch_cpu, a function of AOTInductor's C shim (a stable C ABI, so its name does not change from
+#: one torch to the next): the dynamic linker can say where it is
+EXPORTED = b"aoti_torch_get_data_ptr"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF and /proc/self/maps: Linux only")
 
@@ -24,11 +25,18 @@ def _exported_address(library: str, name: bytes) -> int:
 
 
 def test_an_exported_function_is_found_where_the_dynamic_linker_has_it():
-    found = native.symbols(LIBTORCH, [DUMP_FR_TRACE])
-    assert found[DUMP_FR_TRACE].address == _exported_address(LIBTORCH, DUMP_FR_TRACE)
-    assert found[DUMP_FR_TRACE].kind == native.STT_FUNC and found[DUMP_FR_TRACE].size > 0
+    found = native.symbols(LIBTORCH, [EXPORTED])
+    assert found[EXPORTED].address == _exported_address(LIBTORCH, EXPORTED)
+    assert found[EXPORTED].kind == native.STT_FUNC and found[EXPORTED].size > 0
 
 
+@pytest.mark.skipif(
+    torch_private._public_reset() is not None, reason="torch resets the flight record itself (_reset_fr_trace)"
+)
+@pytest.mark.skipif(
+    tuple(map(int, torch.__version__.split(".")[:2])) < (2, 13),
+    reason="libtorch defines no FlightRecorder::reset_all before 2.13 (2.8 and 2.9 measured): warm worlds retire",
+)
 def test_the_flight_recorders_hidden_pointer_and_reset_are_found_inside_libtorch():
     """What :func:`ddpfaults.rank.torch_private.reset_flight_record` calls: not exported (the dynamic linker cannot
     find them), listed in the symbol table as an 8-byte object and a function, both inside libtorch_cpu's mapping."""
@@ -47,7 +55,7 @@ def test_a_name_the_table_lacks_or_a_library_not_loaded_finds_nothing(tmp_path):
     copy = tmp_path / "libnot_loaded.so"
     copy.write_bytes(b"\x7fELF\x02\x01" + bytes(100))
     assert native.load_address(str(copy)) is None
-    assert native.symbols(str(copy), [DUMP_FR_TRACE]) == {}
+    assert native.symbols(str(copy), [EXPORTED]) == {}
 
 
 @pytest.mark.parametrize(
@@ -66,4 +74,4 @@ def test_a_loaded_file_that_is_not_a_whole_elf64_library_finds_nothing(tmp_path,
     library = tmp_path / "libodd.so"
     library.write_bytes(content)
     monkeypatch.setattr(native, "load_address", lambda path: 0x1000)
-    assert native.symbols(str(library), [DUMP_FR_TRACE]) == {}
+    assert native.symbols(str(library), [EXPORTED]) == {}
