@@ -14,9 +14,9 @@ import tempfile
 import time
 
 from ddpfaults import errors, events
-from ddpfaults.engine import capacity, pool
+from ddpfaults.engine import capacity, pool, restarts
 from ddpfaults.expect import require_faults_fired
-from ddpfaults.faults import batches, check_faults
+from ddpfaults.faults import Plan, batches, check_faults
 from ddpfaults.judge import flight, loop
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
@@ -72,7 +72,12 @@ def run_world(
         function=describe_function(fn),
         kwargs=repr(dict(kwargs)) if kwargs else "",
     )
-    result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
+    with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0) as shared:
+        result = restarts.run_attempts(
+            lambda attempt: LocalWorld(work, faults, spec, flight_recorder_dir, attempt, shared).run(),
+            faults,
+            spec.max_restarts,
+        )
     if require_faults_fire:
         require_faults_fired(result)
     return result
@@ -138,8 +143,10 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
 class LocalWorld(loop.Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
-    def __init__(self, work: Work, faults: tuple, spec: RunSpec, flight_recorder_dir=None):
+    def __init__(self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None):
         self.work, self.faults, self.spec = work, faults, spec
+        self.attempt = attempt  # the run of a restarted world
+        self.shared_dir = shared_dir  # a shared directory kept across attempts (None: one per job)
         self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
         self.dir = None
@@ -198,7 +205,7 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and self.faults.data_only else None
+        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and self._acting().data_only else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(
@@ -210,8 +217,8 @@ class LocalWorld(loop.Observer):
                 warm=spec.reuse,
             )
         self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
-        shared = os.path.join(self.dir, "shared")
-        os.mkdir(shared)
+        shared = self.shared_dir or os.path.join(self.dir, "shared")
+        os.makedirs(shared, exist_ok=True)
         job = Job(
             job_dir=self.dir,
             shared_dir=shared,
@@ -223,6 +230,7 @@ class LocalWorld(loop.Observer):
             env=dict(os.environ),
             empty_batch_types=batches.registered(),
             script=self.work.script,
+            attempt=self.attempt,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()
@@ -232,10 +240,14 @@ class LocalWorld(loop.Observer):
             self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
 
+    def _acting(self) -> Plan:
+        """The faults that act in this attempt."""
+        return Plan(f for f in self.faults if f.attempt == self.attempt)
+
     def _reusable(self, result: WorldResult) -> bool:
         """Pool again a world :func:`~pool.keep` allows (a data-only plan, settled), its ranks up and clean."""
         return (
-            pool.keep(self.ranks, self.faults, result)
+            pool.keep(self.ranks, self._acting(), result)
             and self.ranks.warm
             and len(self.ranks.live()) == self.spec.world_size
             and all(w.leftovers == [] for w in self.watches)

@@ -17,6 +17,7 @@ import shlex
 import sys
 from datetime import timedelta
 
+from ddpfaults.engine import restarts
 from ddpfaults.engine.launcher import LocalWorld, Work, check_output_dir, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.expect import require_faults_fired
@@ -60,11 +61,24 @@ def run_script(
     spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
     faults = check_faults(faults, spec.world_size)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
+    run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
+    result = restarts.run_attempts(
+        lambda attempt: _attempt(target, spec, faults, flight_recorder_dir, run_id, attempt), faults, spec.max_restarts
+    )
+    if require_faults_fire:
+        require_faults_fired(result)
+    return result
+
+
+def _attempt(target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id: str, attempt: int):
+    """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt)."""
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
     try:
-        target = dataclasses.replace(target, master_port=store.port, run_id=f"ddpfaults-{os.getpid()}-{next(_RUNS)}")
+        target = dataclasses.replace(
+            target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
+        )
         work = Work(
             payload=pickle.dumps((script.run, (target, spec.threads), {})),
             module=script.__name__,
@@ -75,12 +89,9 @@ def run_script(
             step_clock=target.clock,
             script=True,
         )
-        result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
+        return LocalWorld(work, faults, spec, flight_recorder_dir, attempt).run()
     finally:
         del store
-    if require_faults_fire:
-        require_faults_fired(result)
-    return result
 
 
 def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:

@@ -58,6 +58,21 @@ def replay_line(world) -> str:
     return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
 
 
+def attempt_lines(attempts: list) -> list[str]:
+    """A restarted world's attempts, one after another (none: nothing)."""
+    if not attempts:
+        return []
+    lines = [f"attempts: {len(attempts)} (the last one's verdict above)"]
+    for a in attempts:
+        steps = ", ".join("-" if s is None else str(s) for s in a["steps"])
+        lines.append(
+            f"  attempt {a['attempt']}: {a['outcome']} in {a['seconds']:.2f} s, steps reached [{steps}]"
+            + ("" if a["outcome"] == "completed" else f"; {a['root_cause']}")
+        )
+        lines += [f"    - {fired}" for fired in a["fired"]]
+    return lines
+
+
 def _grouped_stacks(ranks: list) -> list[tuple[list[int], str, str]]:
     """Stacks of ranks that did not finish (for ranks that raised: taken when a peer's failure was first seen),
     identical ones (thread ids aside) shown once for all."""
@@ -81,6 +96,7 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
     ]
     if world.divergence:
         out.append(f"first divergent {world.divergence.describe()}")
+    out += attempt_lines(world.attempts)
     out += ["", rank_table(world.ranks), ""]
     if world.faults:
         out.append("faults: " + ", ".join(world.faults))

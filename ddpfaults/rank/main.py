@@ -65,6 +65,7 @@ class Job:
     env: dict = field(default_factory=dict)
     empty_batch_types: dict = field(default_factory=dict)  # register_empty_batch's transforms in the launcher
     script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
+    attempt: int = 0  # the run of a restarted world (0: the first)
 
 
 def _write_result(path: str, result: dict) -> None:
@@ -225,7 +226,9 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         _write_result(result_path, result)
 
     torch.set_num_threads(config.threads)
-    ctx = RankContext(rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events)
+    ctx = RankContext(
+        rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events, attempt=job.attempt
+    )
     result_path = os.path.join(job.job_dir, f"rank{r}.result")
 
     def init_process_group():

@@ -1,0 +1,72 @@
+"""Restarts: a world that crashes or hangs is started again, whole, as torchrun's agent restarts its workers.
+
+Each attempt gets new rank processes, a fresh store (a new port: a restarted worker never reads the dead attempt's
+addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working directory and files (a
+function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they name
+(``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable
+
+from ddpfaults.faults import Plan
+from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
+
+#: the outcomes after which the world is restarted (a world still making progress at its timeout is not: a
+#: restart would not finish it sooner)
+RESTARTED = (Outcome.CRASHED, Outcome.HUNG)
+
+
+def summary(result: WorldResult, attempt: int) -> dict:
+    """One attempt as the report keeps it: its verdict, the faults that fired, the step each rank reached, its
+    seconds."""
+    return {
+        "attempt": attempt,
+        "outcome": str(result.outcome),
+        "reason": result.reason,
+        "root_cause": result.root_cause,
+        "root_rank": result.root_rank,
+        "fired": [f.describe() for f in result.fired],
+        "steps": [r.last_step for r in result.ranks],
+        "seconds": round(result.elapsed, 3),
+    }
+
+
+def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: int) -> WorldResult:
+    """Run ``start(attempt)`` for attempt 0, and again (at most ``max_restarts`` times) while the world crashes or
+    hangs. An attempt's unfired faults are those of its own attempt; faults of attempts never run are reported
+    unfired with no chance. Without restarts the single result is returned as it is."""
+    if max_restarts == 0:
+        return start(0)
+    results = []
+    for attempt in range(max_restarts + 1):
+        result = start(attempt)
+        result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
+        results.append(result)
+        if result.outcome not in RESTARTED:
+            break
+    last = results[-1]
+    last.attempts = [summary(r, k) for k, r in enumerate(results)]
+    last.unfired = [u for r in results for u in r.unfired] + [
+        UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
+    ]
+    last.fired = [f for r in results for f in r.fired]
+    return last
+
+
+@contextlib.contextmanager
+def kept_dir(prefix: str, wanted: bool = True):
+    """A directory that outlives each attempt of a world and goes with the world (a function world's shared
+    directory across restarts), or None when not ``wanted``."""
+    if not wanted:
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
