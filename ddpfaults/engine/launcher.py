@@ -17,7 +17,7 @@ from ddpfaults import errors, events
 from ddpfaults.engine import capacity, pool, restarts
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan, batches, check_faults
-from ddpfaults.judge import flight, loop
+from ddpfaults.judge import flight, loop, recovery
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.proc import tree
@@ -180,6 +180,7 @@ class LocalWorld(loop.Observer):
                 replay=self.work.replay,
                 step_clock=self.work.step_clock,
             )
+            result.preemption = recovery.preemption(result)
             if self.flight_recorder_dir is not None:
                 result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
             keep = self.spec.reuse and self._reusable(result)

@@ -33,13 +33,15 @@ def summary(result: WorldResult, attempt: int) -> dict:
         "fired": [f.describe() for f in result.fired],
         "steps": [r.last_step for r in result.ranks],
         "seconds": round(result.elapsed, 3),
+        "preemption": result.preemption,
     }
 
 
 def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: int) -> WorldResult:
-    """Run ``start(attempt)`` for attempt 0, and again (at most ``max_restarts`` times) while the world crashes or
-    hangs. An attempt's unfired faults are those of its own attempt; faults of attempts never run are reported
-    unfired with no chance. Without restarts the single result is returned as it is."""
+    """Run ``start(attempt)`` for attempt 0, and again (at most ``max_restarts`` times) while the world crashes,
+    hangs or is preempted (the scheduler requeues a preempted job). An attempt's unfired faults are those of its own
+    attempt; faults of attempts never run are reported unfired with no chance. Without restarts the single result
+    is returned as it is."""
     if max_restarts == 0:
         return start(0)
     results = []
@@ -47,7 +49,7 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
         result = start(attempt)
         result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
         results.append(result)
-        if result.outcome not in RESTARTED:
+        if result.outcome not in RESTARTED and result.preemption is None:
             break
     last = results[-1]
     last.attempts = [summary(r, k) for k, r in enumerate(results)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from ddpfaults.judge.recovery import describe_preemption
 from ddpfaults.replay import faults_option, run_command
 
 
@@ -70,6 +71,8 @@ def attempt_lines(attempts: list) -> list[str]:
             + ("" if a["outcome"] == "completed" else f"; {a['root_cause']}")
         )
         lines += [f"    - {fired}" for fired in a["fired"]]
+        if a.get("preemption"):
+            lines.append(f"    - {describe_preemption(a['preemption'])}")
     return lines
 
 
@@ -96,6 +99,8 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
     ]
     if world.divergence:
         out.append(f"first divergent {world.divergence.describe()}")
+    if world.preemption:
+        out.append(describe_preemption(world.preemption))
     out += attempt_lines(world.attempts)
     out += ["", rank_table(world.ranks), ""]
     if world.faults:

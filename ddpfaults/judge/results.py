@@ -298,6 +298,7 @@ class WorldResult:
     reused: bool = False  # went back to the pool for the next run
     attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
     resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
+    preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
 
     def __post_init__(self, *given):
         values = dict(zip(SPEC_FIELDS, given, strict=True))

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
-from ddpfaults.rank import context, flight, forkserver, seams, torch_private, tracing
+from ddpfaults.rank import context, flight, forkserver, preempt, seams, torch_private, tracing
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -300,6 +300,7 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
     tracing.install_tracing()
     seams.install()
     seams.keep_destroyed_groups()
+    preempt.track_saves()
     baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}
     while True:
         if job is None:
