@@ -17,7 +17,7 @@ from ddpfaults import errors, events
 from ddpfaults.engine import capacity, pool, restarts
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan, batches, check_faults
-from ddpfaults.judge import flight, loop, recovery
+from ddpfaults.judge import flight, loop, recovery, resume
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.proc import tree
@@ -72,12 +72,16 @@ def run_world(
         function=describe_function(fn),
         kwargs=repr(dict(kwargs)) if kwargs else "",
     )
-    with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0) as shared:
-        result = restarts.run_attempts(
-            lambda attempt: LocalWorld(work, faults, spec, flight_recorder_dir, attempt, shared).run(),
-            faults,
-            spec.max_restarts,
-        )
+
+    def run(plan):
+        with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
+            return restarts.run_attempts(
+                lambda attempt: LocalWorld(work, plan, spec, flight_recorder_dir, attempt, shared).run(),
+                plan,
+                spec.max_restarts,
+            )
+
+    result = restarts.checking_resume(run, faults, spec)
     if require_faults_fire:
         require_faults_fired(result)
     return result
@@ -181,6 +185,7 @@ class LocalWorld(loop.Observer):
                 step_clock=self.work.step_clock,
             )
             result.preemption = recovery.preemption(result)
+            result.resume_records = resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None
             if self.flight_recorder_dir is not None:
                 result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
             keep = self.spec.reuse and self._reusable(result)

@@ -3,7 +3,9 @@
 Each attempt gets new rank processes, a fresh store (a new port: a restarted worker never reads the dead attempt's
 addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working directory and files (a
 function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they name
-(``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
+(``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``. With
+``check_resume`` the world also runs without faults first, and the two runs' optimizer steps are compared
+(:mod:`ddpfaults.judge.resume`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 
 from ddpfaults.faults import Plan
+from ddpfaults.judge import resume
 from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
 
 #: the outcomes after which the world is restarted (a world still making progress at its timeout is not: a
@@ -43,7 +46,9 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
     attempt; faults of attempts never run are reported unfired with no chance. Without restarts the single result
     is returned as it is."""
     if max_restarts == 0:
-        return start(0)
+        result = start(0)
+        result.resume_records = [result.resume_records]
+        return result
     results = []
     for attempt in range(max_restarts + 1):
         result = start(attempt)
@@ -53,6 +58,7 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
             break
     last = results[-1]
     last.attempts = [summary(r, k) for k, r in enumerate(results)]
+    last.resume_records = [r.resume_records for r in results]
     last.unfired = [u for r in results for u in r.unfired] + [
         UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
     ]
@@ -72,3 +78,14 @@ def kept_dir(prefix: str, wanted: bool = True):
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> WorldResult:
+    """``run(plan)``'s result; with ``spec.check_resume``, first ``run`` without faults (the uninterrupted run), then
+    with them, and the finding of :func:`ddpfaults.judge.resume.compare` in the result's ``resume``."""
+    if not spec.check_resume:
+        return run(plan)
+    baseline = run(Plan((), plan.world_size))
+    result = run(plan)
+    result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
+    return result

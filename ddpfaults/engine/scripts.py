@@ -61,10 +61,18 @@ def run_script(
     spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
     faults = check_faults(faults, spec.world_size)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
-    run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
-    result = restarts.run_attempts(
-        lambda attempt: _attempt(target, spec, faults, flight_recorder_dir, run_id, attempt), faults, spec.max_restarts
-    )
+
+    def run(plan):
+        run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
+        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:  # each run's files its own
+            where = target if scratch is None else dataclasses.replace(target, cwd=scratch)
+            return restarts.run_attempts(
+                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt),
+                plan,
+                spec.max_restarts,
+            )
+
+    result = restarts.checking_resume(run, faults, spec)
     if require_faults_fire:
         require_faults_fired(result)
     return result

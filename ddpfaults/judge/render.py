@@ -10,6 +10,7 @@ import re
 import shlex
 
 from ddpfaults.judge.recovery import describe_preemption
+from ddpfaults.judge.resume import describe as describe_resume
 from ddpfaults.replay import faults_option, run_command
 
 
@@ -101,6 +102,8 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
         out.append(f"first divergent {world.divergence.describe()}")
     if world.preemption:
         out.append(describe_preemption(world.preemption))
+    if world.resume:
+        out.append(describe_resume(world.resume))
     out += attempt_lines(world.attempts)
     out += ["", rank_table(world.ranks), ""]
     if world.faults:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, effects, running
+from ddpfaults.rank import context, effects, resume, running
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -77,6 +77,7 @@ def run_job(
             init_process_group()
             ctx._exit(seq)
         value = fn(ctx, *args, **kwargs)
+        resume.finish(ctx)
         try:
             result["value"] = pickle.dumps(value)
         except Exception as exc:

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
-from ddpfaults.rank import context, flight, forkserver, preempt, seams, torch_private, tracing
+from ddpfaults.rank import context, flight, forkserver, preempt, resume, seams, torch_private, tracing
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -249,6 +249,8 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         return leftovers
 
     batches.adopt(job.empty_batch_types)
+    if job.spec.check_resume:
+        resume.start(ctx, os.path.join(job.job_dir, f"rank{r}.resume"))
     result = run_job(
         ctx,
         load=lambda: _load_payload(job),
@@ -298,6 +300,7 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
             pass
     _watch_launcher(config.world_dir)
     tracing.install_tracing()
+    resume.install()
     seams.install()
     seams.keep_destroyed_groups()
     preempt.track_saves()

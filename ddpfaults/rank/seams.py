@@ -8,7 +8,8 @@ Installed once per rank process (inert outside a job); each consults the current
   The same patch covers every loader built on DataLoader (Lightning's, Accelerate's).
 - **DDP construction**: ``DistributedDataParallel(...)`` gets the faults' ``ddp_kwargs`` (``DeviceMismatch``), and a
   comm hook where a fault acts on its gradient buckets (``SkippedCollective(op="ddp_bucket")``; a model that
-  registers its own hook then fails to, as DDP allows one).
+  registers its own hook then fails to, as DDP allows one). The wrapped module (and one wrapped in FSDP) is noted
+  for the replica checks (:mod:`ddpfaults.rank.wrapped`).
 - **Process-group teardown** (local ranks, which end with ``os._exit``): a destroyed group is never freed
   (:func:`keep_destroyed_groups`).
 - **The step clock** of a script world (``ctx.clock``): ``"optimizer"`` starts step ``n + 1`` when the ``n``-th
@@ -23,12 +24,13 @@ import functools
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+import torch.distributed.fsdp as fsdp
 import torch.utils.data.dataloader as dataloader
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ddpfaults.rank import context, running, torch_private
+from ddpfaults.rank import context, running, torch_private, wrapped
 from ddpfaults.spec import STEP_CLOCKS
 
 OPTIMIZER, DATALOADER = STEP_CLOCKS
@@ -45,6 +47,8 @@ def install() -> None:
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _next_batch(iterator.__next__)
     DistributedDataParallel.__init__ = _construct_ddp(DistributedDataParallel.__init__)
+    fsdp.FullyShardedDataParallel.__init__ = _construct_fsdp(fsdp.FullyShardedDataParallel.__init__)
+    fsdp.fully_shard = _fully_shard(fsdp.fully_shard)
     register_optimizer_step_post_hook(_optimizer_stepped)
 
 
@@ -137,11 +141,36 @@ def _construct_ddp(original):
                 ctx.record_fired(fault, f"DistributedDataParallel constructed with {given}", effect="ddp_arguments")
                 kwargs = changed
         original(self, module, *args, **kwargs)
+        if ctx is not None:
+            wrapped.register(self.module, wrapped.DDP)
         if ctx is not None and not context.building_traced_ddp():
             if any(f.acts_on_ddp_buckets(ctx.rank) for f in ctx.unclaimed_faults()):
                 self.register_comm_hook((ctx, self.process_group), _bucket_hook)
 
     return __init__
+
+
+def _construct_fsdp(original):
+    @functools.wraps(original)
+    def __init__(self, module, *args, **kwargs):
+        original(self, module, *args, **kwargs)
+        if running.current() is not None:
+            no_shard = getattr(self, "sharding_strategy", None) == fsdp.ShardingStrategy.NO_SHARD
+            wrapped.register(self.module, wrapped.FSDP, sharded=not no_shard)
+
+    return __init__
+
+
+def _fully_shard(original):
+    @functools.wraps(original)
+    def fully_shard(module, *args, **kwargs):
+        result = original(module, *args, **kwargs)
+        if running.current() is not None:
+            for each in module if isinstance(module, (list, tuple)) else [module]:
+                wrapped.register(each, wrapped.FSDP, sharded=True)
+        return result
+
+    return fully_shard
 
 
 def _bucket_hook(state, bucket):
