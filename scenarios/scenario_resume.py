@@ -20,6 +20,15 @@ restarts) and resumes from the last one. Each keyword leaves one thing out of th
   mid-save leaves it pointing at a torn file, and every restart crashes loading it (torchtitan#1153). Fixed: temp
   file, ``os.replace``, then the pointer.
 
+``preempt``: a scheduler's SIGTERM at step 6 (checkpoints every 4 steps), SIGKILL 3 s later, the job requeued once:
+
+- ``no_handler``: every rank dies of the notice; the steps since the last checkpoint are lost (the resume from it is
+  still bit-equal).
+- ``rank0_only``: every rank notes the notice, rank 0 alone acts on it and waits in the save's collective while the
+  others train on (Lightning#20806): the attempt hangs, nothing is saved.
+- ``agree``: every rank all-reduces its stop flag each step, so they stop at the same step and save together: no step
+  lost, and the requeued run resumes bit-equal.
+
 Measured (gloo, 2 ranks, 3+ runs each): every naive variant is caught at the first step after the resume with its
 cause; the fixed loop resumes bit-equal wherever it is killed.
 """
@@ -34,7 +43,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import ddpfaults
 from _checks import SAFE_STALL
-from ddpfaults.faults import RankKilled, WriterKilledMidSave
+from ddpfaults.faults import Preempt, RankKilled, WriterKilledMidSave
 
 EPOCHS, SAMPLES, BATCH = 2, 32, 4
 
@@ -72,7 +81,16 @@ def _decay(epoch: int) -> float:
 
 
 def resume_train(
-    ctx, *, data="restore", rng="restore", scheduler=True, optimizer=True, counter="right", save="atomic", handler=None
+    ctx,
+    *,
+    data="restore",
+    rng="restore",
+    scheduler=True,
+    optimizer=True,
+    counter="right",
+    save="atomic",
+    handler=None,
+    every=1,
 ):
     """Train two epochs, checkpointing after every step and resuming from the last checkpoint (see the module)."""
     generator = torch.Generator().manual_seed(1)
@@ -93,13 +111,15 @@ def resume_train(
     if handler is not None:
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
     try:
-        return _train(ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler)
+        return _train(
+            ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler, every
+        )
     finally:
         if handler is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _train(ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler):
+def _train(ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler, every):
     rank, per_epoch = ctx.rank, len(sampler) // BATCH
     for epoch in range(done // per_epoch, EPOCHS):
         sampler.set_epoch(epoch)
@@ -122,10 +142,9 @@ def _train(ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng,
             sched.step()
             if handler is not None and _preempted(handler, stop, rank):
                 return _save_on_stop(ctx, ddp, opt, sched, handler, step, save)
-            if rank == 0:
+            if rank == 0 and (step + 1) % every == 0:
                 count = step if counter == "off_by_one" else step + 1
                 _save(_state(ddp, opt, sched, count), ctx.shared_dir, save, step)
-            dist.barrier()
     return "done"
 
 
@@ -154,15 +173,14 @@ def _save_on_stop(ctx, ddp, opt, sched, handler, step, save):
     return "preempted"
 
 
-resume = ddpfaults.scenario(
-    name="resume",
+@ddpfaults.scenario(
     world_size=2,
     stall=SAFE_STALL,
     max_restarts=1,
     check_resume=True,
     faults=[RankKilled(rank=1, step=5)],
     variants=[
-        ddpfaults.variant("fixed", expect=ddpfaults.Expect("completed", resume_equivalent=True)),
+        ddpfaults.variant("fixed", expect=ddpfaults.Expect("completed", values_equal=True, resume_equivalent=True)),
         ddpfaults.variant(
             "data_restarted",
             kwargs={"data": "restart"},
@@ -205,4 +223,52 @@ resume = ddpfaults.scenario(
             expect=ddpfaults.Expect("completed", resume_equivalent=True),
         ),
     ],
-)(resume_train)
+)
+def resume(ctx, **kwargs):
+    """Killed at step 5 and restarted once: the fixed loop, and one naive resume per variant."""
+    return resume_train(ctx, **kwargs)
+
+
+def preempted(first: str, *, handled, saved, lost) -> ddpfaults.Check:
+    """The first attempt, preempted, ended ``first``: ``handled`` and ``saved`` the ranks that handled the notice and
+    saved after it, ``lost`` the steps since the last checkpoint."""
+
+    def fn(result):
+        attempt = (result.attempts or [{}])[0]
+        got = attempt.get("preemption") or {}
+        seen = (attempt.get("outcome"), got.get("handled"), got.get("saved"), got.get("steps_lost"))
+        return None if seen == (first, handled, saved, lost) else f"outcome, handled, saved, lost: {seen}"
+
+    return ddpfaults.Check(f"preempted, {first}: handled by {handled}, saved by {saved}, {lost} step(s) lost", fn)
+
+
+@ddpfaults.scenario(
+    world_size=2,
+    stall=SAFE_STALL,
+    max_restarts=1,
+    faults=[Preempt(step=6, grace=3)],
+    kwargs={"every": 4},
+    variants=[
+        ddpfaults.variant(
+            "no_handler",
+            expect=ddpfaults.Expect(
+                "completed", checks=(preempted("crashed", handled=[], saved=[], lost=3),), resume_equivalent=True
+            ),
+        ),
+        ddpfaults.variant(
+            "rank0_only",
+            kwargs={"handler": "rank0"},
+            expect=ddpfaults.Expect("completed", checks=(preempted("hung", handled=[0, 1], saved=[], lost=4),)),
+        ),
+        ddpfaults.variant(
+            "agree",
+            kwargs={"handler": "agree"},
+            expect=ddpfaults.Expect(
+                "completed", checks=(preempted("completed", handled=[0, 1], saved=[0], lost=0),), resume_equivalent=True
+            ),
+        ),
+    ],
+)
+def preempt(ctx, **kwargs):
+    """Preempted at step 6 (checkpoints every 4 steps) and requeued once."""
+    return resume_train(ctx, **kwargs)

@@ -110,7 +110,7 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
         out.append("faults: " + ", ".join(world.faults))
         out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
         out += [f"  - {unfired.describe()}" for unfired in world.unfired]
-    if world.outcome != "completed":
+    if world.outcome != "completed" or (world.resume and not world.resume["equivalent"]):
         out.append(f"replay: {replay_line(world)}")
     sections = [
         (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)
