@@ -60,17 +60,20 @@ def replay_line(world) -> str:
     return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
 
 
+def describe_attempt(a: dict) -> str:
+    """One attempt of a restarted world in one line: its verdict, seconds, the steps its ranks reached, its cause."""
+    steps = ", ".join("-" if s is None else str(s) for s in a["steps"])
+    cause = "" if a["outcome"] == "completed" else f"; {a['root_cause']}"
+    return f"attempt {a['attempt']}: {a['outcome']} in {a['seconds']:.2f} s, steps reached [{steps}]{cause}"
+
+
 def attempt_lines(attempts: list) -> list[str]:
     """A restarted world's attempts, one after another (none: nothing)."""
     if not attempts:
         return []
     lines = [f"attempts: {len(attempts)} (the last one's verdict above)"]
     for a in attempts:
-        steps = ", ".join("-" if s is None else str(s) for s in a["steps"])
-        lines.append(
-            f"  attempt {a['attempt']}: {a['outcome']} in {a['seconds']:.2f} s, steps reached [{steps}]"
-            + ("" if a["outcome"] == "completed" else f"; {a['root_cause']}")
-        )
+        lines.append(f"  {describe_attempt(a)}")
         lines += [f"    - {fired}" for fired in a["fired"]]
         if a.get("preemption"):
             lines.append(f"    - {describe_preemption(a['preemption'])}")
