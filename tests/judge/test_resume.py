@@ -113,3 +113,52 @@ def test_preemption_says_who_handled_saved_and_was_killed_and_the_steps_lost():
         recovery.describe_preemption(summary)
     )
     assert recovery.preemption(WorldResult(Outcome.COMPLETED, ranks, "", None, "ended", 1.0)) is None
+
+
+def test_the_report_and_the_page_show_each_attempt_the_preemption_and_the_resume_finding():
+    from ddpfaults.report.document import build_document
+    from ddpfaults.report.html import render_html
+
+    attempts = [
+        {
+            "attempt": 0,
+            "outcome": "crashed",
+            "reason": "ended",
+            "root_cause": "rank 1 was killed by SIGKILL",
+            "root_rank": 1,
+            "fired": ["RankKilled(rank=1, step=4) fired on rank 1 at step 4 (on_step)"],
+            "steps": [4, 4],
+            "seconds": 0.4,
+            "preemption": None,
+        },
+        {
+            "attempt": 1,
+            "outcome": "completed",
+            "reason": "ended",
+            "root_cause": "no failure",
+            "root_rank": None,
+            "fired": [],
+            "steps": [5, 5],
+            "seconds": 0.2,
+            "preemption": None,
+        },
+    ]
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, lr=[0.5])]])
+    world = WorldResult(
+        Outcome.COMPLETED,
+        [RankResult(0, RankState.FINISHED)],
+        "no failure",
+        None,
+        "ended",
+        0.2,
+        world_size=1,
+        faults=["RankKilled(rank=1, step=4)"],
+        attempts=attempts,
+        resume=finding,
+    )
+    text = world.report()
+    assert "attempt 0: crashed in 0.40 s, steps reached [4, 4]; rank 1 was killed by SIGKILL" in text
+    assert "resume differs from step 4: the learning rate at step 4 is 0.5 where the uninterrupted run had 0.1" in text
+    assert "replay: " in text  # a completed world whose resume differs is worth rerunning
+    page = render_html(build_document([world]))
+    assert "f-attempt-0" in page and "f-attempt-1" in page and "the learning rate at step 4 is 0.5" in page
