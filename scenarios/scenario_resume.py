@@ -35,6 +35,7 @@ cause; the fixed loop resumes bit-equal wherever it is killed.
 
 import os
 import signal
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -91,10 +92,15 @@ def resume_train(
     save="atomic",
     handler=None,
     every=1,
+    epochs=EPOCHS,
+    samples=SAMPLES,
 ):
-    """Train two epochs, checkpointing after every step and resuming from the last checkpoint (see the module)."""
+    """Train ``epochs`` epochs, checkpointing every ``every`` steps and resuming from the last checkpoint; each
+    keyword leaves one thing out of the resume (see the module). ``handler``: None (no SIGTERM handler), ``"rank0"``
+    or ``"agree"``."""
+    how = SimpleNamespace(data=data, rng=rng, counter=counter, save=save, handler=handler, every=every, epochs=epochs)
     generator = torch.Generator().manual_seed(1)
-    dataset = TensorDataset(torch.randn(SAMPLES, 4, generator=generator), torch.randn(SAMPLES, 1, generator=generator))
+    dataset = TensorDataset(torch.randn(samples, 4, generator=generator), torch.randn(samples, 1, generator=generator))
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)
     ddp = DistributedDataParallel(_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
@@ -106,45 +112,43 @@ def resume_train(
             opt.load_state_dict(state["optimizer"])
         if scheduler:
             sched.load_state_dict(state["scheduler"])
-    done = state["done"] if state is not None else 0
-    stop = torch.zeros(1)
+    run = SimpleNamespace(ctx=ctx, ddp=ddp, opt=opt, sched=sched, dataset=dataset, sampler=sampler, state=state)
+    run.stop = torch.zeros(1)
     if handler is not None:
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: run.stop.fill_(1))
     try:
-        return _train(
-            ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler, every
-        )
+        return _train(run, how, state["done"] if state is not None else 0)
     finally:
         if handler is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _train(ctx, ddp, opt, sched, dataset, sampler, state, done, stop, data, rng, counter, save, handler, every):
-    rank, per_epoch = ctx.rank, len(sampler) // BATCH
-    for epoch in range(done // per_epoch, EPOCHS):
-        sampler.set_epoch(epoch)
+def _train(run, how, done: int):
+    rank, per_epoch = run.ctx.rank, len(run.sampler) // BATCH
+    for epoch in range(done // per_epoch, how.epochs):
+        run.sampler.set_epoch(epoch)
         first = epoch * per_epoch
-        skip = done - first if done > first and data == "restore" else 0
-        order = list(sampler)[skip * BATCH :]
-        restoring = state is not None and rng != "none" and epoch == done // per_epoch
-        if restoring and (rng == "before" or skip == 0):
-            torch.set_rng_state(state["rng"])
-        loader = iter(DataLoader(dataset, batch_size=BATCH, sampler=order))
-        if restoring and rng == "restore" and skip > 0:
-            torch.set_rng_state(state["rng"])
+        skip = done - first if done > first and how.data == "restore" else 0
+        order = list(run.sampler)[skip * BATCH :]
+        restoring = run.state is not None and how.rng != "none" and epoch == done // per_epoch
+        if restoring and (how.rng == "before" or skip == 0):
+            torch.set_rng_state(run.state["rng"])
+        loader = iter(DataLoader(run.dataset, batch_size=BATCH, sampler=order))
+        if restoring and how.rng == "restore" and skip > 0:
+            torch.set_rng_state(run.state["rng"])
         for i, (x, y) in enumerate(loader):
             step = first + skip + i
-            ctx.step(step)
-            loss = torch.nn.functional.mse_loss(ddp(x), y)
-            opt.zero_grad()
+            run.ctx.step(step)
+            loss = torch.nn.functional.mse_loss(run.ddp(x), y)
+            run.opt.zero_grad()
             loss.backward()
-            opt.step()
-            sched.step()
-            if handler is not None and _preempted(handler, stop, rank):
-                return _save_on_stop(ctx, ddp, opt, sched, handler, step, save)
-            if rank == 0 and (step + 1) % every == 0:
-                count = step if counter == "off_by_one" else step + 1
-                _save(_state(ddp, opt, sched, count), ctx.shared_dir, save, step)
+            run.opt.step()
+            run.sched.step()
+            if how.handler is not None and _preempted(how.handler, run.stop, rank):
+                return _save_on_stop(run, how, step)
+            if rank == 0 and (step + 1) % how.every == 0:
+                count = step if how.counter == "off_by_one" else step + 1
+                _save(_state(run.ddp, run.opt, run.sched, count), run.ctx.shared_dir, how.save, step)
     return "done"
 
 
@@ -165,10 +169,10 @@ def _preempted(handler: str, stop: torch.Tensor, rank: int) -> bool:
     return bool(flag.item()) and (handler == "agree" or rank == 0)
 
 
-def _save_on_stop(ctx, ddp, opt, sched, handler, step, save):
+def _save_on_stop(run, how, step: int) -> str:
     dist.barrier()  # the save's collective (a DCP save or a gathered state): rank 0 alone waits in it
-    if ctx.rank == 0:
-        _save(_state(ddp, opt, sched, step + 1), ctx.shared_dir, save, step)
+    if run.ctx.rank == 0:
+        _save(_state(run.ddp, run.opt, run.sched, step + 1), run.ctx.shared_dir, how.save, step)
     dist.barrier()
     return "preempted"
 

@@ -97,7 +97,8 @@ def _explain(step: int, rank: int, mine: dict, theirs: dict, base: list[dict]) -
             f"the batch rank {rank} consumed at step {step} differs from the uninterrupted run's: the data order was "
             f"not restored (a reshuffle, or the sampler's RNG){rng}"
         )
-    if mine.get("before") != theirs.get("before"):
+    entering = base[step - 1].get("params") if step > 0 else theirs.get("before")
+    if "before" in mine and mine["before"] != entering:
         return "resumed_state", (
             f"rank {rank}'s parameters entering step {step} differ from the uninterrupted run's, with the same batch: "
             f"the run resumed from other weights"

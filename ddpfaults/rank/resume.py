@@ -2,9 +2,9 @@
 script.
 
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to
-its ``rank{r}.resume`` file: the optimizer's parameters before and after the step, its state before it, each param
-group's learning rate, torch's RNG state before it, and the batches the rank's DataLoaders yielded since the previous
-step. When the job's function returns, a final record holds the state of every module it wrapped in DDP or FSDP
+its ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it),
+its state before it, each param group's learning rate, torch's RNG state before it, and the batches the rank's
+DataLoaders yielded since the previous step. When the job's function returns, a final record holds the state of every module it wrapped in DDP or FSDP
 (:mod:`ddpfaults.rank.wrapped`). The judge compares an interrupted, resumed run's records with an uninterrupted
 run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the check.
 """
@@ -33,11 +33,13 @@ class Capture:
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.steps = 0
         self.optimizers: list = []
+        self.file = None
 
     def write(self, record: dict) -> None:
-        """Append one record."""
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        """Append one record (a whole line: a rank killed mid-job leaves every record it finished)."""
+        if self.file is None:
+            self.file = open(self.path, "a", buffering=1)
+        self.file.write(json.dumps(record) + "\n")
 
 
 def start(ctx, path: str) -> None:
@@ -57,6 +59,8 @@ def finish(ctx) -> None:
     modules = [wrapped.state_digest(m) for m in wrapped.wrapped_modules()]
     optimizers = [_params_digest(o) for o in capture.optimizers]
     capture.write({"final": True, "modules": modules, "optimizers": optimizers, "steps": capture.steps})
+    capture.file.close()
+    capture.file = None
 
 
 _installed = False
@@ -86,8 +90,9 @@ def _before_step(optimizer, args, kwargs) -> None:
         return
     if not any(o is optimizer for o in capture.optimizers):
         capture.optimizers.append(optimizer)
+    first = capture.steps == 0  # where a resumed attempt starts: its parameters place it on the uninterrupted run
     capture.pending[id(optimizer)] = {
-        "before": _params_digest(optimizer),
+        **({"before": _params_digest(optimizer)} if first else {}),
         "state": _state_digest(optimizer),
         "rng": _digest(torch.get_rng_state()),
         "lr": [_number(group.get("lr")) for group in optimizer.param_groups],

@@ -25,7 +25,7 @@ def _resumed(base: list, upto: int, *, final="F", **changed) -> list:
     """The base run's steps from ``upto`` on, as an attempt that resumed from the state after step ``upto - 1``
     (``changed``: a field's value at the first resumed step)."""
     steps = [dict(r) for r in base if not r.get("final")][upto:]
-    steps[0].update(changed)
+    steps[0].update({"before": f"p{upto}", **changed})
     return steps + [{"final": True, "modules": [final], "optimizers": [final]}]
 
 
