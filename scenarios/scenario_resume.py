@@ -6,19 +6,22 @@ DistributedSampler over two epochs) that checkpoints after every optimizer step 
 restarts) and resumes from the last one. Each keyword leaves one thing out of the resume, as the field does:
 
 - ``data="restart"``: the epoch's data restarts from its beginning (only the epoch is restored, not the position in
-  it): samples seen twice (torchtitan#1226, Lightning#12274). Fixed: the position is restored.
-- ``rng="none"`` / ``rng="before"``: torch's RNG is not restored, or restored before ``iter(loader)`` (making an
-  iterator draws from the global RNG): dropout masks differ from the uninterrupted run's (Lightning#2294). Fixed:
-  restored where it was captured (after the iterator a mid-epoch resume makes, before the one an epoch start makes).
-- ``scheduler=False``: the LR scheduler is not saved: its schedule starts over (pytorch#65342). The optimizer's
-  state holds the resumed step's learning rate, so the first step that differs is the next one, whose rate the
-  fresh scheduler set. Fixed: saved.
+  it): samples seen twice (KempnerInstitute/KempnerForge#51: "every resume replays the first epoch"). Fixed: the
+  position is restored.
+- ``rng="none"`` / ``rng="before"``: torch's RNG is not restored (transformers#17032), or restored before
+  ``iter(loader)`` (making an iterator draws from the global RNG): dropout masks differ from the uninterrupted run's.
+  Fixed: restored where it was captured, after the iterator a mid-epoch resume makes and before the one an epoch
+  start makes (as vllm-project/speculators#1027 does).
+- ``scheduler=False``: the LR scheduler is not saved: its schedule starts over (lightly-ai/lightly-train#301). The
+  optimizer's state holds the resumed step's learning rate, so the first step that differs is the next one, whose
+  rate the fresh scheduler set. Fixed: saved.
 - ``optimizer=False``: the optimizer's state (momentum) is not saved.
 - ``counter="off_by_one"``: the step counter is saved before it is incremented: the resumed run repeats a step
   (Lightning#17543, "won't fix"). Fixed: the number of steps done.
 - ``save="pointer_first"``: a ``latest`` pointer is written before the checkpoint it names; the writer killed
-  mid-save leaves it pointing at a torn file, and every restart crashes loading it (torchtitan#1153). Fixed: temp
-  file, ``os.replace``, then the pointer.
+  mid-save leaves it pointing at a torn file, and every restart crashes loading it (the field's report 002 tore a
+  checkpoint; Cibiv/IQ-TREE#90: a queue-killed job left a truncated one). Fixed: temp file, ``os.replace``, then the
+  pointer.
 
 ``preempt``: a scheduler's SIGTERM at step 6 (checkpoints every 4 steps), SIGKILL 3 s later, the job requeued once:
 
