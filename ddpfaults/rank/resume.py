@@ -4,9 +4,10 @@ script.
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to
 its ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it),
 its state before it, each param group's learning rate, torch's RNG state before it, and the batches the rank's
-DataLoaders yielded since the previous step. When the job's function returns, a final record holds the state of every module it wrapped in DDP or FSDP
-(:mod:`ddpfaults.rank.wrapped`). The judge compares an interrupted, resumed run's records with an uninterrupted
-run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the check.
+DataLoaders yielded since the previous step. When the job's function returns, a final record holds the state of
+every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`). The judge compares an interrupted, resumed
+run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
+check.
 """
 
 from __future__ import annotations
