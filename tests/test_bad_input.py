@@ -615,6 +615,13 @@ ROWS = [
         lambda e: e.api(RankKilled, rank=1, step=2, attempt=-1),
     ),
     Row(
+        "fault-attempt-beyond-restarts",
+        "API",
+        "FaultError",
+        ("RankKilled(rank=1, step=2, attempt=1) acts in attempt 1", "max_restarts=0 never reaches"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=[RankKilled(rank=1, step=2, attempt=1)]),
+    ),
+    Row(
         "fault-preempt-two-steps",
         "API",
         "FaultError",

@@ -61,6 +61,7 @@ def run_world(
     """
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
     faults = check_faults(faults, spec.world_size)
+    restarts.check_attempts(faults, spec.max_restarts)
     if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
         capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")

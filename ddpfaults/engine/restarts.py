@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
+from ddpfaults.errors import FaultError
 from ddpfaults.faults import Plan
 from ddpfaults.judge import resume
 from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
@@ -38,6 +39,17 @@ def summary(result: WorldResult, attempt: int) -> dict:
         "seconds": round(result.elapsed, 3),
         "preemption": result.preemption,
     }
+
+
+def check_attempts(plan: Plan, max_restarts: int) -> None:
+    """A :class:`~ddpfaults.errors.FaultError` for a fault of an attempt the world can never reach (``attempt`` above
+    ``max_restarts``)."""
+    for i, fault in enumerate(plan):
+        if fault.attempt > max_restarts:
+            raise FaultError(
+                f"faults[{i}] {fault!r} acts in attempt {fault.attempt}, which a world of max_restarts={max_restarts} "
+                f"never reaches (its attempts are 0..{max_restarts}); raise max_restarts or drop the fault"
+            )
 
 
 def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: int) -> WorldResult:

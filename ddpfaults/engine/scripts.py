@@ -60,6 +60,7 @@ def run_script(
     given = settings_given("run_script", settings, [name for name in PARAM if name != "reuse"])
     spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
     faults = check_faults(faults, spec.world_size)
+    restarts.check_attempts(faults, spec.max_restarts)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
 
     def run(plan):

@@ -37,11 +37,18 @@ def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
 
 
 def test_restarts_stop_at_the_limit_and_a_later_attempt_s_fault_acts_there_only():
-    faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=1), RankKilled(rank=1, step=1, attempt=5)]
+    faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=1)]
     result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=1, stall=10)
     assert result.outcome == "crashed" and result.root_rank == 0, result.report()
     assert [a["outcome"] for a in result.attempts] == ["crashed", "crashed"]
-    assert [(u.index, u.had_chance) for u in result.unfired] == [(2, False)]  # attempt 5 never ran
+    assert [a["root_rank"] for a in result.attempts] == [1, 0]
+
+
+def test_a_fault_of_an_attempt_never_reached_is_unfired_without_a_chance():
+    faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=2)]
+    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=2, stall=10)
+    assert result.outcome == "completed" and len(result.attempts) == 2, result.report()
+    assert [(u.index, u.had_chance) for u in result.unfired] == [(1, False)]
 
 
 def test_a_rank_that_outlives_its_grace_period_is_sigkilled():
