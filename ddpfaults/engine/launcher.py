@@ -77,7 +77,9 @@ def run_world(
     def run(plan):
         with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
             return restarts.run_attempts(
-                lambda attempt: LocalWorld(work, plan, spec, flight_recorder_dir, attempt, shared).run(),
+                lambda attempt: LocalWorld(
+                    work, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
+                ).run(),
                 plan,
                 spec.max_restarts,
             )
@@ -148,8 +150,11 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
 class LocalWorld(loop.Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
-    def __init__(self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None):
+    def __init__(
+        self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None, standby=False
+    ):
         self.work, self.faults, self.spec = work, faults, spec
+        self.standby = standby and spec.reuse  # a restart may follow: run warm, and warm the next world up meanwhile
         self.attempt = attempt  # the run of a restarted world
         self.shared_dir = shared_dir  # a shared directory kept across attempts (None: one per job)
         self.ranks: pool.RankSet | None = None
@@ -212,7 +217,8 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and self._acting().data_only else None
+        take = spec.reuse and (self._acting().data_only or self.standby)  # a restarted world is never pooled again
+        self.ranks = pool.take(pool.world_key(spec)) if take else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(
@@ -246,6 +252,8 @@ class LocalWorld(loop.Observer):
         else:
             self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
+        if self.standby:
+            pool.standby(spec, hide_main=self.work.module != "__main__")
 
     def _acting(self) -> Plan:
         """The faults that act in this attempt."""

@@ -1,10 +1,11 @@
 """Restarts: a world that crashes or hangs is started again, whole, as torchrun's agent restarts its workers.
 
-Each attempt gets new rank processes, a fresh store (a new port: a restarted worker never reads the dead attempt's
-addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working directory and files (a
-function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they name
-(``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``. With
-``check_resume`` the world also runs without faults first, and the two runs' optimizer steps are compared
+Each attempt gets new rank processes (a function world's next attempt runs on a standby world warmed up while the
+attempt before it ran: :func:`ddpfaults.engine.pool.standby`), a fresh store (a new port: a restarted worker never
+reads the dead attempt's addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working
+directory and files (a function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they
+name (``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
+With ``check_resume`` the world also runs without faults first, and the two runs' optimizer steps are compared
 (:mod:`ddpfaults.judge.resume`).
 """
 
@@ -37,6 +38,7 @@ def summary(result: WorldResult, attempt: int) -> dict:
         "fired": [f.describe() for f in result.fired],
         "steps": [r.last_step for r in result.ranks],
         "seconds": round(result.elapsed, 3),
+        "warm": result.warm,
         "preemption": result.preemption,
     }
 

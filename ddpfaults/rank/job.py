@@ -108,3 +108,8 @@ def run_job(
     ends = {"exits": True} if process_ends else {}
     ctx._events.emit("finished", step=ctx.current_step, leftovers=left, pg_seq=context.default_group_seq(), **ends)
     return result
+
+
+def warm_up(ctx) -> None:
+    """A job that does nothing: a standby world's ranks join their process group (and pay a fresh process's first
+    job) before the job they are kept for."""

@@ -29,6 +29,7 @@ def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
     assert result.attempts[0]["root_rank"] == 1 and result.attempts[0]["steps"] == [2, 2]
     assert result.attempts[0]["fired"] == ["RankKilled(rank=1, step=2) fired on rank 1 at step 2 (on_step)"]
     assert result.attempts[1]["fired"] == []  # the kill targets attempt 0 only
+    assert result.attempts[1]["warm"] and result.warm  # the standby world, warmed up while attempt 0 ran
     report = result.report()
     assert "attempts: 2" in report and "attempt 0: crashed" in report and "attempt 1: completed" in report
     assert "--max-restarts 2" in replay_line(result)
