@@ -101,5 +101,8 @@ def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> Wor
         return run(plan)
     baseline = run(Plan((), plan.world_size))
     result = run(plan)
-    result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
+    if baseline.outcome != Outcome.COMPLETED:
+        result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
+    else:
+        result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
     return result

@@ -28,6 +28,7 @@ CAUSES = (
     "missing_step",
     "extra_step",
     "final_state",
+    "uninterrupted_failed",
 )
 
 
@@ -214,9 +215,18 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
     return {"equivalent": first is None, "steps": steps, "final_identical": final_identical, "first_difference": first}
 
 
+def unchecked(outcome: str, root_cause: str) -> dict:
+    """The finding when the run without faults did not complete: nothing to compare with."""
+    detail = f"the run without faults {outcome} ({root_cause}): there is no uninterrupted run to compare with"
+    first = {"step": None, "ranks": [], "cause": "uninterrupted_failed", "detail": detail, "attempt": None}
+    return {"equivalent": False, "steps": 0, "final_identical": False, "first_difference": first}
+
+
 def describe(finding: dict) -> str:
     """The finding in one line of a report."""
     if finding["equivalent"]:
         return f"resumed bit-equal: {finding['steps']} steps, final state identical"
     first = finding["first_difference"]
+    if first["step"] is None:
+        return f"resume not checked: {first['detail']}"
     return f"resume differs from step {first['step']}: {first['detail']}"

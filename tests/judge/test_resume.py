@@ -162,3 +162,12 @@ def test_the_report_and_the_page_show_each_attempt_the_preemption_and_the_resume
     assert "replay: " in text  # a completed world whose resume differs is worth rerunning
     page = render_html(build_document([world]))
     assert "f-attempt-0" in page and "f-attempt-1" in page and "the learning rate at step 4 is 0.5" in page
+
+
+def test_a_run_without_faults_that_failed_leaves_nothing_to_compare_with():
+    finding = resume.unchecked("crashed", "rank 0 raised KeyError: 'x'")
+    assert not finding["equivalent"] and finding["first_difference"]["cause"] == "uninterrupted_failed"
+    assert resume.describe(finding) == (
+        "resume not checked: the run without faults crashed (rank 0 raised KeyError: 'x'): there is no uninterrupted "
+        "run to compare with"
+    )
