@@ -154,8 +154,8 @@ class LocalWorld(loop.Observer):
         self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None, standby=False
     ):
         self.work, self.faults, self.spec = work, faults, spec
-        self.standby = standby and spec.reuse  # a restart may follow: run warm, and warm the next world up meanwhile
         self.attempt = attempt  # the run of a restarted world
+        self.standby = standby and spec.reuse and bool(self._acting())  # a restart may follow: see _start
         self.shared_dir = shared_dir  # a shared directory kept across attempts (None: one per job)
         self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
@@ -252,7 +252,7 @@ class LocalWorld(loop.Observer):
         else:
             self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
-        if self.standby:
+        if self.standby:  # this world runs warm and is never pooled again; the next attempt takes a warmed-up one
             pool.standby(spec, hide_main=self.work.module != "__main__")
 
     def _acting(self) -> Plan:

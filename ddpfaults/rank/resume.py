@@ -141,7 +141,7 @@ def _state_digest(optimizer) -> str:
             state = optimizer.state.get(p, {})
             for key in sorted(state, key=str):
                 digest.update(str(key).encode())
-                digest.update(_digest(state[key]).encode())
+                _feed(digest, state[key])
     return digest.hexdigest()
 
 
@@ -154,10 +154,15 @@ def _digest(value) -> str:
 
 def _feed(digest, value) -> None:
     if isinstance(value, torch.Tensor):
-        tensor = (value.to_local() if hasattr(value, "to_local") else value).detach().cpu().contiguous()
+        tensor = (value.to_local() if hasattr(value, "to_local") else value).detach()
+        tensor = tensor if tensor.device.type == "cpu" and tensor.is_contiguous() else tensor.cpu().contiguous()
         digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
         if tensor.numel():
-            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            try:
+                data = tensor.numpy()
+            except (TypeError, RuntimeError):  # a dtype numpy has not (bfloat16), a conjugate view: its bytes
+                data = tensor.reshape(-1).view(torch.uint8).numpy()
+            digest.update(data.reshape(-1).view("u1"))
     elif isinstance(value, dict):
         digest.update(b"{")
         for key in value:
