@@ -17,7 +17,7 @@ from ddpfaults.faults.base import Plan, check_plan
 from ddpfaults.faults.plan import parse_plan
 from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import load_function
-from ddpfaults.spec import CLI, STEP_CLOCKS, RunSpec, output_problem, settable
+from ddpfaults.spec import CLI, STEP_CLOCKS, RunSpec, output_problem, parse_bool, settable
 
 #: ``run``'s exit code for a world that timed out still making progress (no expectation given): not a failure found
 #: in the job, a deadline too short for it
@@ -33,10 +33,12 @@ def _world_args(parser: argparse.ArgumentParser) -> None:
     """The run spec's settings a command line may set, as options; defaults, help and choices come from
     :mod:`ddpfaults.spec`."""
     for param in settable(CLI):
+        flag = {"nargs": "?", "const": True} if param.parse is parse_bool else {}  # --check-resume alone: true
         parser.add_argument(
             param.option,
             dest=param.name,
-            type=param.parse if param.parse in (int, float) else None,
+            type=param.parse if param.parse in (int, float, parse_bool) else None,
+            **flag,
             default=param.default,
             choices=param.choices or None,
             metavar=None if param.choices else param.metavar,

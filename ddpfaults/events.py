@@ -26,6 +26,7 @@ KINDS: dict[str, frozenset] = {
         "ddp_finalize": ("pg_seq", "step", "thread"),
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
         "links_dropped": ("count", "step"),
+        "saved": ("step", "file"),
         "log": ("msg", "step"),
         "failed": ("error", "site", "step", "pg_seq"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),
@@ -66,6 +67,7 @@ EFFECTS = frozenset(
         "ddp_arguments",  # DistributedDataParallel got other arguments
         "checkpoint",  # a checkpoint save or load was torn, held or killed
         "memory",  # an allocation limit took effect
+        "preempted",  # a preemption notice was sent (signal None), or the grace period ran out (signal SIGKILL)
     }
 )
 

@@ -30,6 +30,10 @@ class Expect:
 
     ``faults_fire`` (default True): every fault of the plan must fire at least once — a fault
     that never fires means the scenario tests nothing, which is reported as a failure.
+
+    ``resume_equivalent``, ``resume_cause``, ``resume_step``: the resume check's finding (an expectation naming one
+    turns ``check_resume`` on): the restarted run bit-equal to the uninterrupted one (True) or not, the cause of its
+    first difference (one of :data:`ddpfaults.judge.resume.CAUSES`; implies not equivalent) and its step.
     """
 
     outcome: Outcome
@@ -40,6 +44,9 @@ class Expect:
     values_equal: bool = False
     faults_fire: bool = True
     checks: tuple = ()
+    resume_equivalent: bool | None = None
+    resume_cause: str | None = None
+    resume_step: int | None = None
 
     def __post_init__(self):
         try:
@@ -61,6 +68,7 @@ class Expect:
                 f"{self.outcome} leaves no replicas to compare (drop values_equal, or compare what survivors kept "
                 f"with a Check)"
             )
+        _check_resume_fields(self)
         if isinstance(self.checks, (str, bytes)) or not isinstance(self.checks, (list, tuple)):
             raise ScenarioError(f"expect: checks must be a list of ddpfaults.Check, got {self.checks!r}")
         for check in self.checks:
@@ -100,6 +108,11 @@ class Expect:
             text += f" (root cause mentions {self.root_cause!r})"
         if self.values_equal:
             text += " (replicas bit-equal)"
+        if self.resume_equivalent:
+            text += " (resumed bit-equal)"
+        if self.resume_cause or self.resume_step is not None:
+            at = f" from step {self.resume_step}" if self.resume_step is not None else ""
+            text += f" (resume differs{at}{': ' + self.resume_cause if self.resume_cause else ''})"
         return "; ".join([text, *(check_name(c) for c in self.checks)])
 
     def to_dict(self) -> dict:
@@ -113,7 +126,18 @@ class Expect:
             "values_equal": self.values_equal,
             "faults_fire": self.faults_fire,
             "checks": [check_name(c) for c in self.checks],
+            **({"resume": self.resume_wanted} if self.checks_resume else {}),
         }
+
+    @property
+    def checks_resume(self) -> bool:
+        """True if this expectation says anything of the resume check (the world must run with ``check_resume``)."""
+        return self.resume_equivalent is not None or self.resume_cause is not None or self.resume_step is not None
+
+    @property
+    def resume_wanted(self) -> dict:
+        """What the resume check must find, as data."""
+        return {"equivalent": self.resume_equivalent, "cause": self.resume_cause, "step": self.resume_step}
 
     def mismatches(self, result: WorldResult) -> list[Mismatch]:
         """Every way ``result`` differs from this expectation (empty list: it matched)."""
@@ -182,6 +206,7 @@ class Expect:
                 for i, fault in enumerate(result.faults)
                 if i not in fired
             ]
+        found += _resume_mismatches(self, result)
         for check in self.checks:
             problem = check(result)
             if problem:
@@ -236,6 +261,44 @@ def replica_mismatches(result: WorldResult) -> list[Mismatch]:
             )
             found.append(Mismatch("values", text, "equal", tuple(digests)))
     return found
+
+
+def _check_resume_fields(expect: Expect) -> None:
+    from ddpfaults.judge.resume import CAUSES
+
+    if expect.resume_equivalent is not None and not isinstance(expect.resume_equivalent, bool):
+        raise ScenarioError(f"expect: resume_equivalent must be True, False or None, got {expect.resume_equivalent!r}")
+    if expect.resume_cause is not None and expect.resume_cause not in CAUSES:
+        raise ScenarioError(f"expect: resume_cause must be one of {', '.join(CAUSES)}, got {expect.resume_cause!r}")
+    step = expect.resume_step
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ScenarioError(f"expect: resume_step must be an int >= 0, got {step!r}")
+    if expect.resume_equivalent and (expect.resume_cause or step is not None):
+        raise ScenarioError(
+            "expect: resume_equivalent=True cannot go with a resume_cause or resume_step (a difference)"
+        )
+
+
+def _resume_mismatches(expect: Expect, result: WorldResult) -> list[Mismatch]:
+    if not expect.checks_resume:
+        return []
+    finding = result.resume
+    if finding is None:
+        return [Mismatch("resume", "expected a resume check, but the world ran without check_resume", "checked", None)]
+    first = finding["first_difference"] or {}
+    observed = {"equivalent": finding["equivalent"], "cause": first.get("cause"), "step": first.get("step")}
+    wanted = {k: v for k, v in expect.resume_wanted.items() if v is not None}
+    if expect.resume_cause or expect.resume_step is not None:
+        wanted["equivalent"] = False
+    if all(observed[k] == v for k, v in wanted.items()):
+        return []
+    from ddpfaults.judge.resume import describe
+
+    return [
+        Mismatch(
+            "resume", f"expected the resume check to find {wanted}, observed {describe(finding)}", wanted, observed
+        )
+    ]
 
 
 def require_faults_fired(result: WorldResult, *, allow: str = "pass require_faults_fire=False") -> None:

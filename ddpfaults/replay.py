@@ -22,9 +22,11 @@ _ORDER = (int, float, str, bool)  # counts, then seconds, then words
 
 
 def settings_of(spec: RunSpec, place: str) -> dict:
-    """The settings of ``spec`` that ``place`` may set (:data:`ddpfaults.spec.PLACES`), in replay order."""
+    """The settings of ``spec`` that ``place`` may set (:data:`ddpfaults.spec.PLACES`), in replay order (a quiet one
+    only when it is not its default)."""
     params = sorted(settable(place), key=lambda p: _ORDER.index(type(p.default)))
-    return {p.name: getattr(spec, p.name) for p in params}
+    values = {p.name: getattr(spec, p.name) for p in params}
+    return {name: v for name, v in values.items() if not (PARAM[name].quiet and v == PARAM[name].default)}
 
 
 def replay_line(head: Sequence[str], settings: Mapping[str, Any], tail: Sequence[str] = (), *, style=OPTION) -> str:

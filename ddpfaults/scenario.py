@@ -127,6 +127,8 @@ class Case:
         """What this case runs with: declared values first, then ``defaults``; ScenarioError naming the case."""
         try:
             spec = defaults.replace(**self.settings)
+            if self.expect is not None and self.expect.checks_resume:  # an expected finding needs the check
+                spec = spec.replace(check_resume=True)
             faults = check_faults(self.faults, spec.world_size)
             _check_rank(self.expect, spec.world_size)
         except DDPFaultsError as exc:

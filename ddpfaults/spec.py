@@ -64,7 +64,8 @@ class Param:
     :class:`RunSpec` field) what it means and where it may be set (:data:`PLACES`).
 
     ``pins``: a value given on the command line or in the environment beats what markers and scenarios declare (the
-    seed: a printed replay command reproduces the failing world)."""
+    seed: a printed replay command reproduces the failing world). ``quiet``: replay lines leave it out at its
+    default."""
 
     name: str
     default: Any
@@ -77,6 +78,7 @@ class Param:
     metavar: str = "VALUE"
     places: frozenset = frozenset()
     pins: bool = False
+    quiet: bool = False  # a replay line names it only when it is not the default
 
     def validate(self, value, source: str | None = None):
         """``value`` if valid (ints given for seconds become floats), else the param's error naming ``source``."""
@@ -306,6 +308,28 @@ class RunSpec:
         metavar="METHOD",
         choices=START_METHODS,
         places=(CLI, PYTEST),
+    )
+    max_restarts: int = setting(
+        0,
+        "an int >= 0",
+        lambda v: _is_int(v) and v >= 0,
+        int,
+        help="restart the whole world (new rank processes, same files) when it crashes or hangs, up to N times, as "
+        "torchrun --max-restarts does; faults act in the attempt they name (attempt=0 by default)",
+        metavar="N",
+        places=(CLI, PYTEST, MARKER, SCENARIO),
+        quiet=True,
+    )
+    check_resume: bool = setting(
+        False,
+        "true or false",
+        lambda v: isinstance(v, bool),
+        parse_bool,
+        help="also run the world without faults and compare every optimizer step's parameters, optimizer state, "
+        "learning rate and batch, and the final state, with the faulted, restarted run (docs/recovery.md)",
+        metavar="BOOL",
+        places=(CLI, PYTEST, MARKER, SCENARIO),
+        quiet=True,
     )
     threads: int = setting(1, "an int >= 1", _int_at_least(1), int, help="torch threads per rank", metavar="N")
     reuse: bool = setting(

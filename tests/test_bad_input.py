@@ -24,7 +24,16 @@ import pytest
 import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.faults import DroppedLink, EmptyBatch, OutOfMemory, RankCrash, RankKilled, SkippedCollective, SlowLink
+from ddpfaults.faults import (
+    DroppedLink,
+    EmptyBatch,
+    OutOfMemory,
+    Preempt,
+    RankCrash,
+    RankKilled,
+    SkippedCollective,
+    SlowLink,
+)
 from ddpfaults.plugin import DDPWorld
 from ddpfaults.report.document import write_document
 from pluginruns import isolate
@@ -252,6 +261,20 @@ ROWS = [
         "UnknownBackend",
         ("backend 'nccl'",),
         lambda e: e.api(run_world, takes_ctx, world_size=2, backend="nccl"),
+    ),
+    Row(
+        "run-max-restarts-negative",
+        "API",
+        "ConfigError",
+        ("max_restarts must be an int >= 0", "got -1"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, max_restarts=-1),
+    ),
+    Row(
+        "run-check-resume-not-bool",
+        "API",
+        "ConfigError",
+        ("check_resume must be true or false", "got 'yes'"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, check_resume="yes"),
     ),
     Row(
         "run-peer-failure-unknown",
@@ -612,7 +635,56 @@ ROWS = [
         ("expect: each check", "got 'replicas equal'"),
         lambda e: e.api(Expect, "completed", checks=["replicas equal"]),
     ),
+    Row(
+        "expect-resume-cause-unknown",
+        "declaration",
+        "ScenarioError",
+        ("expect: resume_cause must be one of", "got 'rng_state'"),
+        lambda e: e.api(Expect, "completed", resume_cause="rng_state"),
+    ),
+    Row(
+        "expect-resume-equivalent-and-cause",
+        "declaration",
+        "ScenarioError",
+        ("resume_equivalent=True cannot go with a resume_cause or resume_step",),
+        lambda e: e.api(Expect, "completed", resume_equivalent=True, resume_step=3),
+    ),
     # -- fault plans and faults ------------------------------------------------------------------------------------
+    Row(
+        "fault-attempt-negative",
+        "API",
+        "FaultError",
+        ("RankKilled: attempt must be a non-negative int", "got -1"),
+        lambda e: e.api(RankKilled, rank=1, step=2, attempt=-1),
+    ),
+    Row(
+        "fault-attempt-beyond-restarts",
+        "API",
+        "FaultError",
+        ("RankKilled(rank=1, step=2, attempt=1) acts in attempt 1", "max_restarts=0 never reaches"),
+        lambda e: e.api(run_world, takes_ctx, world_size=2, faults=[RankKilled(rank=1, step=2, attempt=1)]),
+    ),
+    Row(
+        "fault-preempt-two-steps",
+        "API",
+        "FaultError",
+        ("Preempt: step must be one step", "got [2, 3]"),
+        lambda e: e.api(Preempt, step=[2, 3]),
+    ),
+    Row(
+        "fault-preempt-grace-not-positive",
+        "API",
+        "FaultError",
+        ("Preempt: grace must be a positive finite number of seconds", "got 0"),
+        lambda e: e.api(Preempt, step=2, grace=0),
+    ),
+    Row(
+        "fault-preempt-sigkill",
+        "API",
+        "FaultError",
+        ("Preempt: signal SIGKILL cannot be a preemption notice", "RankKilled"),
+        lambda e: e.api(Preempt, step=2, signal=signal.SIGKILL),
+    ),
     Row(
         "fault-plan-single-fault",
         "API",
@@ -915,6 +987,13 @@ ROWS = [
         "InvalidWorldSize",
         ("world_size", "got 0"),
         lambda e: e.cli("run", "touch.py:touch", "--world-size", "0"),
+    ),
+    Row(
+        "cli-max-restarts-negative",
+        "CLI",
+        "ConfigError",
+        ("max_restarts must be an int >= 0", "got -1"),
+        lambda e: e.cli("run", "touch.py:touch", "--world-size", "2", "--max-restarts", "-1"),
     ),
     Row(
         "cli-timeout-zero",

@@ -14,15 +14,16 @@ import tempfile
 import time
 
 from ddpfaults import engine, errors, events
-from ddpfaults.engine import capacity, pool
+from ddpfaults.engine import capacity, pool, restarts
+from ddpfaults.engine.folders import check_cwd, check_output_dir
 from ddpfaults.expect import require_faults_fired
-from ddpfaults.faults import batches, check_faults
-from ddpfaults.judge import flight, loop
+from ddpfaults.faults import Plan, batches, check_faults
+from ddpfaults.judge import flight, loop, recovery, resume
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.proc import platform, tree
 from ddpfaults.rank.main import Job
-from ddpfaults.spec import RunSpec, StopReason, check_call, output_problem, settings_given
+from ddpfaults.spec import RunSpec, StopReason, check_call, settings_given
 
 STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
 
@@ -64,6 +65,7 @@ def run_world(
     cwd = check_cwd(cwd, "run_world")
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
     faults = check_faults(faults, spec.world_size)
+    restarts.check_attempts(faults, spec.max_restarts)
     if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
         capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
@@ -76,7 +78,19 @@ def run_world(
         kwargs=repr(dict(kwargs)) if kwargs else "",
         cwd=cwd,
     )
-    result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
+
+    def run(plan):
+        with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
+            return restarts.run_attempts(
+                lambda attempt: LocalWorld(
+                    work, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
+                ).run(),
+                plan,
+                spec.max_restarts,
+            )
+
+    result = restarts.checking_resume(run, faults, spec)
+    engine.finished(result)
     if require_faults_fire:
         require_faults_fired(result)
     return result
@@ -91,31 +105,6 @@ def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
     if not (spec.reuse and pool.pooled(pool.world_key(spec))):  # a pooled world is already held
         capacity.check_world_size(spec.world_size)
     return spec
-
-
-def check_cwd(cwd, call: str) -> str | None:
-    """``cwd`` as an absolute path (None stays None), once it is known to be a directory; a ConfigError naming
-    ``call`` otherwise."""
-    if cwd is None:
-        return None
-    if not isinstance(cwd, (str, os.PathLike)):
-        raise errors.ConfigError(f"{call}: cwd must be a directory's path, got {cwd!r}")
-    path = os.path.abspath(os.fspath(cwd))
-    if not os.path.isdir(path):
-        raise errors.ConfigError(f"{call}: cwd {path!r} is not a directory (the ranks' working directory)")
-    return path
-
-
-def check_output_dir(path, name: str) -> None:
-    """A :class:`~ddpfaults.errors.ConfigError` naming ``name`` unless ``path`` (None: not asked for) is a folder
-    the world's dumps can be written in (or one that can be created)."""
-    if path is None:
-        return
-    if not isinstance(path, (str, os.PathLike)):
-        raise errors.ConfigError(f"{name} must be a path, got {path!r}")
-    problem = output_problem(path, directory=True)
-    if problem:
-        raise errors.ConfigError(f"{name} {os.fspath(path)!r} cannot be written: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +146,13 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
 class LocalWorld(loop.Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
-    def __init__(self, work: Work, faults: tuple, spec: RunSpec, flight_recorder_dir=None):
+    def __init__(
+        self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None, standby=False
+    ):
         self.work, self.faults, self.spec = work, faults, spec
+        self.attempt = attempt  # the run of a restarted world
+        self.standby = standby and spec.reuse and bool(self._acting())  # a restart may follow: see _start
+        self.shared_dir = shared_dir  # a shared directory kept across attempts (None: one per job)
         self.ranks: pool.RankSet | None = None
         self.watches: list[RankWatch] = []
         self.dir = None
@@ -192,6 +186,8 @@ class LocalWorld(loop.Observer):
                 replay=self.work.replay,
                 step_clock=self.work.step_clock,
             )
+            result.preemption = recovery.preemption(result)
+            result.resume_records = resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None
             if self.flight_recorder_dir is not None:
                 result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
             keep = self.spec.reuse and self._reusable(result)
@@ -201,7 +197,6 @@ class LocalWorld(loop.Observer):
                 for i in alive:
                     result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
             result.reused = keep
-            engine.finished(result)
             return result
         finally:
             if self.ranks is not None:
@@ -218,7 +213,8 @@ class LocalWorld(loop.Observer):
 
     def _start(self) -> None:
         spec = self.spec
-        self.ranks = pool.take(pool.world_key(spec)) if spec.reuse and self.faults.data_only else None
+        take = spec.reuse and (self._acting().data_only or self.standby)  # a restarted world is never pooled again
+        self.ranks = pool.take(pool.world_key(spec)) if take else None
         self.warm = self.ranks is not None
         if self.ranks is None:
             self.ranks = pool.RankSet(
@@ -230,8 +226,8 @@ class LocalWorld(loop.Observer):
                 warm=spec.reuse,
             )
         self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
-        shared = os.path.join(self.dir, "shared")
-        os.mkdir(shared)
+        shared = self.shared_dir or os.path.join(self.dir, "shared")
+        os.makedirs(shared, exist_ok=True)
         job = Job(
             job_dir=self.dir,
             shared_dir=shared,
@@ -244,6 +240,7 @@ class LocalWorld(loop.Observer):
             empty_batch_types=batches.registered(),
             script=self.work.script,
             cwd=self.work.cwd,
+            attempt=self.attempt,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()
@@ -252,11 +249,17 @@ class LocalWorld(loop.Observer):
         else:
             self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
+        if self.standby:  # this world runs warm and is never pooled again; the next attempt takes a warmed-up one
+            pool.standby(spec, hide_main=self.work.module != "__main__")
+
+    def _acting(self) -> Plan:
+        """The faults that act in this attempt."""
+        return Plan(f for f in self.faults if f.attempt == self.attempt)
 
     def _reusable(self, result: WorldResult) -> bool:
         """Pool again a world :func:`~pool.keep` allows (a data-only plan, settled), its ranks up and clean."""
         return (
-            pool.keep(self.ranks, self.faults, result)
+            pool.keep(self.ranks, self._acting(), result)
             and self.ranks.warm
             and len(self.ranks.live()) == self.spec.world_size
             and all(w.leftovers == [] for w in self.watches)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import multiprocessing
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -29,6 +31,7 @@ from ddpfaults.engine import census
 from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.proc import mp_private, tree
+from ddpfaults.rank.job import warm_up
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
@@ -250,6 +253,38 @@ def give_back(ranks: RankSet) -> None:
         previous.close()
     _POOL[ranks.key] = ranks
     census.POOLED.update(ranks.pids())
+
+
+def standby(spec, hide_main: bool) -> None:
+    """Pool a warm world of ``spec``'s shape (unless one is pooled) whose ranks run :func:`~ddpfaults.rank.job.warm_up`
+    now: a restart's next attempt takes it, its ranks started and joined while the attempt before it runs."""
+    key = world_key(spec)
+    if key in _POOL:
+        return
+    ranks = RankSet(
+        world_size=spec.world_size,
+        backend=spec.backend,
+        start_method=spec.start_method,
+        threads=spec.threads,
+        timeout=spec.timeout,
+        warm=True,
+    )
+    job_dir = tempfile.mkdtemp(prefix="warm-up-", dir=ranks.dir)
+    os.mkdir(os.path.join(job_dir, "shared"))
+    job = Job(
+        job_dir=job_dir,
+        shared_dir=os.path.join(job_dir, "shared"),
+        spec=dataclasses.replace(spec, check_resume=False),
+        payload=pickle.dumps((warm_up, (), {})),
+        fn_module=warm_up.__module__,
+        fn_file=None,
+        env=dict(os.environ),
+    )
+    ranks.start(job, hide_main, deadline=time.monotonic() + spec.startup_limit)
+    if len(ranks.live()) != ranks.world_size:
+        ranks.close()
+        return
+    give_back(ranks)
 
 
 def close_all() -> None:

@@ -20,7 +20,10 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ddpfaults.engine.launcher import LocalWorld, Work, check_cwd, check_output_dir, local_spec
+from ddpfaults import engine
+from ddpfaults.engine import restarts
+from ddpfaults.engine.folders import check_cwd, check_output_dir
+from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
@@ -62,12 +65,35 @@ def run_script(
     given = settings_given("run_script", settings, [name for name in PARAM if name != "reuse"])
     spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
     faults = check_faults(faults, spec.world_size)
+    restarts.check_attempts(faults, spec.max_restarts)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
+
+    def run(plan):
+        run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
+        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:  # each run's files its own
+            where = target if scratch is None else dataclasses.replace(target, cwd=scratch)
+            return restarts.run_attempts(
+                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt, cwd),
+                plan,
+                spec.max_restarts,
+            )
+
+    result = restarts.checking_resume(run, faults, spec)
+    engine.finished(result)
+    if require_faults_fire:
+        require_faults_fired(result)
+    return result
+
+
+def _attempt(target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id: str, attempt: int, cwd):
+    """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt)."""
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
     try:
-        target = dataclasses.replace(target, master_port=store.port, run_id=f"ddpfaults-{os.getpid()}-{next(_RUNS)}")
+        target = dataclasses.replace(
+            target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
+        )
         work = Work(
             payload=pickle.dumps((script.run, (target, spec.threads), {})),
             module=script.__name__,
@@ -78,12 +104,9 @@ def run_script(
             step_clock=target.clock,
             script=True,
         )
-        result = LocalWorld(work, faults, spec, flight_recorder_dir).run()
+        return LocalWorld(work, faults, spec, flight_recorder_dir, attempt).run()
     finally:
         del store
-    if require_faults_fire:
-        require_faults_fired(result)
-    return result
 
 
 class FreshDirectory(str):

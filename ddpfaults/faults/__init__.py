@@ -37,7 +37,7 @@ from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
 from ddpfaults.faults.link import DroppedLink, LinkDropped, SlowLink
 from ddpfaults.faults.memory import OutOfMemory
-from ddpfaults.faults.step import RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
+from ddpfaults.faults.step import Preempt, RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
 
 __all__ = [
     "DeviceMismatch",
@@ -50,6 +50,7 @@ __all__ = [
     "Plan",
     "RankCrash",
     "RankKilled",
+    "Preempt",
     "RankOnlyBarrier",
     "SchemaDrift",
     "SkippedCollective",

@@ -48,6 +48,7 @@ def _keyword_only(init):
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        attempt = kwargs.pop("attempt", 0)
         unknown = [k for k in kwargs if k not in names]
         try:
             if unknown:
@@ -58,7 +59,12 @@ def _keyword_only(init):
             raise FaultArgumentError(
                 f"{name}: {exc} ({name}'s arguments, keyword-only: {', '.join(names) or 'none'})"
             ) from None
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise FaultError(
+                f"{type(self).__name__}: attempt must be a non-negative int (0: the first run), got {attempt!r}"
+            )
         init(self, *args, **kwargs)
+        self.attempt = attempt
 
     return __init__
 
@@ -71,6 +77,9 @@ class Fault:
 
     #: argument name used for the ranks in ``repr`` (``writer`` for checkpoint faults)
     rank_arg = "rank"
+    #: the run of a restarted world it acts in (every fault takes ``attempt=N``, keyword-only; 0: the first run,
+    #: so a kill is not repeated by every restart)
+    attempt = 0
     #: True for a fault that ends its rank when a step it names starts (``RankCrash``, ``RankKilled``): no other
     #: fault can act on that rank at that step (see :func:`conflict`)
     ends_rank = False
@@ -170,7 +179,8 @@ class Fault:
         return fields
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v}" for k, v in self._fields().items() if v != "None")
+        fields = self._fields() | ({"attempt": str(self.attempt)} if self.attempt else {})
+        args = ", ".join(f"{k}={v}" for k, v in fields.items() if v != "None")
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other) -> bool:
@@ -238,7 +248,10 @@ def conflict(first: Fault, second: Fault) -> str | None:
     crash or kill (two Stragglers add up); ``EmptyBatch`` with ``SchemaDrift``; ``SchemaDrift`` of different
     keys; ``SkippedCollective`` of different ops (``op=None`` never skips a DDP bucket, so it composes with
     ``op="ddp_bucket"``); a ``WriterKilledMidSave`` with faults acting earlier in its step.
+    Faults of different attempts (restarts) never conflict.
     """
+    if first.attempt != second.attempt:
+        return None
     if first.ends_rank or second.ends_rank:
         ranks, steps = _common(first.ranks, second.ranks, False), _common(first.steps, second.steps, False)
         if ranks and steps:

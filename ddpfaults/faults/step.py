@@ -265,3 +265,43 @@ class RankOnlyBarrier(Fault):
         if isinstance(other, SkippedCollective) and other.matches("barrier"):
             return "act on the step's first barrier (the skip would swallow the lone barrier)"
         return None
+
+
+class Preempt(Fault):
+    """At ``step`` the ``ranks`` (default: every rank) get ``signal`` (default SIGTERM) as a scheduler sends it to a
+    preempted job, and SIGKILL ``grace`` seconds later if still running (Slurm's ``KillWait``, Kubernetes'
+    ``terminationGracePeriodSeconds``). A rank without a handler dies of the signal; one with a handler may save and
+    stop in time. The report says which ranks handled it, whether they saved and how many steps were lost; with
+    ``max_restarts`` the world is restarted after it, as the scheduler requeues the job."""
+
+    rank_arg = "ranks"
+
+    def __init__(self, *, step, ranks=None, grace: float = 5.0, signal: int = signals.SIGTERM):
+        super().__init__(rank=ranks, step=step)
+        _require_step(self)
+        if len(self.steps) != 1:
+            raise FaultError(f"Preempt: step must be one step (a job is preempted once), got {step!r}")
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 < grace < math.inf:
+            raise FaultError(f"Preempt: grace must be a positive finite number of seconds, got {grace!r}")
+        try:
+            if isinstance(signal, bool) or not isinstance(signal, int):
+                raise ValueError(signal)
+            self.signal = signals.Signals(signal)
+        except ValueError:
+            raise FaultError(f"Preempt: signal must be a signal number like signal.SIGTERM, got {signal!r}") from None
+        if self.signal in NOT_KILLING or self.signal == signals.SIGKILL:
+            raise FaultError(
+                f"Preempt: signal {self.signal.name} cannot be a preemption notice (a scheduler sends one a rank may "
+                f"handle: SIGTERM, SIGINT, SIGUSR1...); for a kill without notice use RankKilled"
+            )
+        self.grace = float(grace)
+
+    def same_effect(self, other: Fault) -> str | None:
+        """Two preemptions of one rank at one step: one notice."""
+        return "preempt the rank" if isinstance(other, Preempt) else None
+
+    def _fields(self) -> dict:
+        fields = {**super()._fields(), "grace": f"{self.grace:g}"}
+        if self.signal != signals.SIGTERM:
+            fields["signal"] = f"signal.{self.signal.name}"
+        return fields

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from ddpfaults.judge.recovery import describe_preemption
+from ddpfaults.judge.resume import describe as describe_resume
 from ddpfaults.replay import faults_option, run_command
 
 
@@ -58,6 +60,26 @@ def replay_line(world) -> str:
     return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
 
 
+def describe_attempt(a: dict) -> str:
+    """One attempt of a restarted world in one line: its verdict, seconds, the steps its ranks reached, its cause."""
+    steps = ", ".join("-" if s is None else str(s) for s in a["steps"])
+    cause = "" if a["outcome"] == "completed" else f"; {a['root_cause']}"
+    return f"attempt {a['attempt']}: {a['outcome']} in {a['seconds']:.2f} s, steps reached [{steps}]{cause}"
+
+
+def attempt_lines(attempts: list) -> list[str]:
+    """A restarted world's attempts, one after another (none: nothing)."""
+    if not attempts:
+        return []
+    lines = [f"attempts: {len(attempts)} (the last one's verdict above)"]
+    for a in attempts:
+        lines.append(f"  {describe_attempt(a)}")
+        lines += [f"    - {fired}" for fired in a["fired"]]
+        if a.get("preemption"):
+            lines.append(f"    - {describe_preemption(a['preemption'])}")
+    return lines
+
+
 def _grouped_stacks(ranks: list) -> list[tuple[list[int], str, str]]:
     """Stacks of ranks that did not finish (for ranks that raised: taken when a peer's failure was first seen),
     identical ones (thread ids aside) shown once for all."""
@@ -81,12 +103,17 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
     ]
     if world.divergence:
         out.append(f"first divergent {world.divergence.describe()}")
+    if world.preemption:
+        out.append(describe_preemption(world.preemption))
+    if world.resume:
+        out.append(describe_resume(world.resume))
+    out += attempt_lines(world.attempts)
     out += ["", rank_table(world.ranks), ""]
     if world.faults:
         out.append("faults: " + ", ".join(world.faults))
         out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
         out += [f"  - {unfired.describe()}" for unfired in world.unfired]
-    if world.outcome != "completed":
+    if world.outcome != "completed" or (world.resume and not world.resume["equivalent"]):
         out.append(f"replay: {replay_line(world)}")
     sections = [
         (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)

@@ -302,6 +302,9 @@ class WorldResult:
     flight_records: str | None = None  # the folder holding every rank's flight-recorder dump, if kept
     warm: bool = False  # ran on a warm (reused) world
     reused: bool = False  # went back to the pool for the next run
+    attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
+    resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
+    preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
 
     def __post_init__(self, *given):
         values = dict(zip(SPEC_FIELDS, given, strict=True))

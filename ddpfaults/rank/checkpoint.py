@@ -106,7 +106,7 @@ def _armed(kind) -> tuple:
     ctx = running.current()
     if ctx is None:
         return None, []
-    return ctx, [f for f in ctx.faults if isinstance(f, kind) and f.applies(ctx.rank, ctx.current_step)]
+    return ctx, [f for f in ctx.attempt_faults() if isinstance(f, kind) and f.applies(ctx.rank, ctx.current_step)]
 
 
 def _name(f) -> str:

@@ -114,8 +114,10 @@ class RankContext:
         faults: tuple,
         events: EventLog,
         clock: str | None = None,
+        attempt: int = 0,
     ):
         self.rank = rank
+        self.attempt = attempt  # the run of a restarted world (TORCHELASTIC_RESTART_COUNT): its faults act
         self.spec = spec
         self.world_size = spec.world_size
         self.seed = spec.seed
@@ -154,8 +156,12 @@ class RankContext:
         self._events.emit("log", msg=str(message), step=self.current_step)
 
     # -- faults -------------------------------------------------------------------------
+    def attempt_faults(self) -> list:
+        """The faults of this world that act in this attempt (see :attr:`~ddpfaults.faults.Fault.attempt`)."""
+        return [f for f in self.faults if f.attempt == self.attempt]
+
     def _active(self):
-        return [f for f in self.faults if f.applies(self.rank, self.current_step)]
+        return [f for f in self.attempt_faults() if f.applies(self.rank, self.current_step)]
 
     def fault(self, kind: type):
         """The fault of type ``kind`` that applies to this rank at the current step, or None.
@@ -172,7 +178,7 @@ class RankContext:
 
     def unclaimed_faults(self) -> list:
         """The faults of this world that the function has not claimed with ``ctx.fault`` (the seams' to apply)."""
-        return [f for f in self.faults if not isinstance(f, tuple(self._claimed))]
+        return [f for f in self.attempt_faults() if not isinstance(f, tuple(self._claimed))]
 
     def seam_faults(self) -> list:
         """The unclaimed faults applying to this rank at the current step."""

@@ -8,7 +8,9 @@ looks the effect up here).
   intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
   collectives it enters, so the writer stops holding for a reader blocked there;
 - ``DroppedLink``: the rank's gloo connections are shut down as it enters the collective
-  (:mod:`ddpfaults.rank.links`), and it raises :class:`~ddpfaults.faults.LinkDropped` there.
+  (:mod:`ddpfaults.rank.links`), and it raises :class:`~ddpfaults.faults.LinkDropped` there;
+- ``Preempt``: the rank gets its notice when its step starts, and SIGKILL after the grace period if its job still
+  runs (:mod:`ddpfaults.rank.preempt`).
 
 Every other kind carries its effect in its own hooks (:class:`~ddpfaults.faults.Fault`'s ``arm``, ``on_step``,
 ``skips_collective``, ``before_collective``, ``on_batch``...): the functions below fall back to them, so the rank
@@ -20,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, TornCheckpointWrite
+from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, Preempt, TornCheckpointWrite
 from ddpfaults.faults.checkpoint import _CheckpointFault
 from ddpfaults.faults.memory import MARGIN
-from ddpfaults.rank import checkpoint, links, memory
+from ddpfaults.rank import checkpoint, links, memory, preempt
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ EFFECTS = {
     _CheckpointFault: Effect(arm=_intercept_checkpoints),
     TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
     DroppedLink: Effect(before_collective=_drop_links),
+    Preempt: Effect(arm=preempt.deliver),
 }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, effects, running, wrapped
+from ddpfaults.rank import context, effects, resume, running, wrapped
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -79,6 +79,7 @@ def run_job(
             init_process_group()
             ctx._exit(seq)
         value = fn(ctx, *args, **kwargs)
+        resume.finish(ctx)
         try:
             result["value"] = pickle.dumps(value)
         except Exception as exc:
@@ -111,3 +112,8 @@ def run_job(
     ends = {"exits": True} if process_ends else {}
     ctx._events.emit("finished", step=ctx.current_step, leftovers=left, pg_seq=context.default_group_seq(), **ends)
     return result
+
+
+def warm_up(ctx) -> None:
+    """A job that does nothing: a standby world's ranks join their process group (and pay a fresh process's first
+    job) before the job they are kept for."""

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
-from ddpfaults.rank import context, flight, forkserver, seams, torch_private, tracing
+from ddpfaults.rank import context, flight, forkserver, preempt, resume, seams, torch_private, tracing
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -67,6 +67,7 @@ class Job:
     empty_batch_types: dict = field(default_factory=dict)  # register_empty_batch's transforms in the launcher
     script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
     cwd: str | None = None  # the working directory while the function runs (None: the rank's own)
+    attempt: int = 0  # the run of a restarted world (0: the first)
 
 
 def _write_result(path: str, result: dict) -> None:
@@ -219,7 +220,9 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         _write_result(result_path, result)
 
     torch.set_num_threads(config.threads)
-    ctx = RankContext(rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events)
+    ctx = RankContext(
+        rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events, attempt=job.attempt
+    )
     result_path = os.path.join(job.job_dir, f"rank{r}.result")
 
     def init_process_group():
@@ -248,6 +251,8 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
             os.chdir(job.cwd)
         return payload
 
+    if job.spec.check_resume:
+        resume.start(ctx, os.path.join(job.job_dir, f"rank{r}.resume"))
     result = run_job(
         ctx,
         load=load,
@@ -307,8 +312,10 @@ def main(config: RankConfig, job: Job | None, jobs=None) -> None:
             pass
     _watch_launcher(config.world_dir)
     tracing.install_tracing()
+    resume.install()
     seams.install()
     seams.keep_destroyed_groups()
+    preempt.track_saves()
     baseline = {"deterministic": torch.are_deterministic_algorithms_enabled()}
     while True:
         if job is None:

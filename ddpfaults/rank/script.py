@@ -39,6 +39,8 @@ class ScriptTarget:
     master_port: int
     run_id: str
     shown: str | None = None  # how a report names the script: its path as the caller gave it (None: from cwd)
+    restart: int = 0  # TORCHELASTIC_RESTART_COUNT: the attempt of a restarted world
+    max_restarts: int = 0
 
     @property
     def name(self) -> str:
@@ -61,8 +63,8 @@ def worker_env(target: ScriptTarget, rank: int, world_size: int, threads: int) -
         "ROLE_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": LOOPBACK,
         "MASTER_PORT": str(target.master_port),
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RESTART_COUNT": str(target.restart),
+        "TORCHELASTIC_MAX_RESTARTS": str(target.max_restarts),
         "TORCHELASTIC_RUN_ID": target.run_id,
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),

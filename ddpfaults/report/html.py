@@ -29,7 +29,10 @@ import os
 import re
 
 from ddpfaults.errors import ReportFileError
+from ddpfaults.judge.recovery import describe_preemption
+from ddpfaults.judge.render import describe_attempt
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
+from ddpfaults.judge.resume import describe as describe_resume
 from ddpfaults.report.document import (
     build_document,
     check_document,
@@ -233,8 +236,11 @@ def _facts(w: dict) -> str:
         ("faults", ", ".join(w.get("faults") or [])),
         ("fired", _fired(w)),
         ("flight recorder", w.get("flight_records")),
+        ("preemption", describe_preemption(w["preemption"]) if w.get("preemption") else None),
+        ("resume", describe_resume(w["resume"]) if w.get("resume") else None),
+        *((f"attempt {a.get('attempt')}", _attempt(a)) for a in w.get("attempts") or []),
     ]
-    if w.get("outcome") != "completed":
+    if w.get("outcome") != "completed" or (w.get("resume") or {}).get("equivalent") is False:
         try:
             from ddpfaults.judge.render import replay_line
 
@@ -243,6 +249,16 @@ def _facts(w: dict) -> str:
             pass
     items = "".join(f"<dt>{esc(k)}</dt><dd class='f-{_slug(k)}'>{esc(v)}</dd>" for k, v in rows if v)
     return f"<dl class=facts>{items}</dl>"
+
+
+def _attempt(a: dict) -> str:
+    """One attempt of a restarted world, with the faults that fired in it."""
+    try:
+        text = describe_attempt(a).split(": ", 1)[1]
+        preempted = [describe_preemption(a["preemption"])] if a.get("preemption") else []
+    except (KeyError, TypeError, ValueError, IndexError):  # a hand-edited document
+        return str(a)
+    return "; ".join([text, *(a.get("fired") or []), *preempted])
 
 
 def _slug(key: str) -> str:

@@ -290,7 +290,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
     import torch
     import torch.distributed as dist
 
-    from ddpfaults.rank import flight, torch_private, tracing
+    from ddpfaults.rank import flight, preempt, torch_private, tracing
 
     torch_private.load_dynamo()  # the first flight-recorder dump imports it (~1 s): at start-up, not the verdict
     from ddpfaults.rank.context import RankContext
@@ -298,11 +298,15 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
 
     spec = plan.spec
     pg_backend = process_group_backend(spec.backend, env)
-    ctx = RankContext(rank=env.rank, spec=spec, shared_dir=shared_dir, faults=plan.faults, events=events)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)  # torchrun's restarts: faults' attempts
+    ctx = RankContext(
+        rank=env.rank, spec=spec, shared_dir=shared_dir, faults=plan.faults, events=events, attempt=attempt
+    )
     if spec.backend == "nccl":
         torch.cuda.set_device(env.local_rank)
         ctx.device = torch.device("cuda", env.local_rank)
     tracing.install_tracing()
+    preempt.track_saves()
 
     def init_process_group():
         dist.init_process_group(

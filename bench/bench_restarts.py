@@ -1,0 +1,71 @@
+"""Restart benchmark: a world killed mid-run and restarted from its last checkpoint vs the same world fault-free.
+
+Run:  python bench/bench_restarts.py [--repeat 5] [--world-size 2] [--epochs 6]
+The training is the built-in resume scenario's loop (``scenarios/scenario_resume.py``: DDP, a shuffling
+DistributedSampler, a checkpoint after every step), fault-free on a warm world, and killed half-way
+(``RankKilled`` on rank 1, ``max_restarts=1``); and the resume check (``check_resume``) of the killed run against
+the cost of the two runs it compares. Prints the medians and the ratios (the issue's bounds: a restarted world at
+most 1.5x the fault-free one; the check no more than the two runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from ddpfaults import run_world  # noqa: E402
+from ddpfaults.faults import RankKilled  # noqa: E402
+from ddpfaults.scenario import builtin_dir, load_function  # noqa: E402
+
+TRAIN = load_function(os.path.join(builtin_dir(), "scenario_resume.py") + ":resume_train")
+
+
+def timed(run, check) -> float:
+    """Wall seconds of one world, which must pass ``check``."""
+    started = time.perf_counter()
+    result = run()
+    assert check(result), result.report()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=6)
+    args = parser.parse_args()
+    n, kwargs = args.world_size, {"epochs": args.epochs, "samples": 64}
+    steps = args.epochs * 64 // n // 4
+    kill = [RankKilled(rank=1, step=steps // 2)]
+    completed = lambda r: r.outcome == "completed"  # noqa: E731
+    restarted = lambda r: completed(r) and len(r.attempts) == 2  # noqa: E731
+    equivalent = lambda r: restarted(r) and r.resume["equivalent"]  # noqa: E731
+    timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs), completed)  # the fork server and a warm world
+    free, killed, checked = [], [], []
+    for _ in range(args.repeat):  # interleaved, so every side sees the same machine load
+        free.append(timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs), completed))
+        killed.append(
+            timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1), restarted)
+        )
+        checked.append(
+            timed(
+                lambda: run_world(TRAIN, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1, check_resume=True),
+                equivalent,
+            )
+        )
+    base, cost, check = statistics.median(free), statistics.median(killed), statistics.median(checked)
+    print(f"{n}-rank world, {steps} steps, fault-free (warm):           median {base:.3f} s over {args.repeat}")
+    print(f"{n}-rank world killed at step {steps // 2}, restarted once:      median {cost:.3f} s over {args.repeat}")
+    print(f"the killed world with the resume check (both runs): median {check:.3f} s over {args.repeat}")
+    print(f"restarted / fault-free: {cost / base:.2f}x (bound: 1.5x); the restart's own cost: {cost - base:.3f} s")
+    print(f"resume check / (fault-free + restarted): {check / (base + cost):.2f}x (bound: 1x)")
+
+
+if __name__ == "__main__":
+    main()

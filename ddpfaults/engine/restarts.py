@@ -1,0 +1,108 @@
+"""Restarts: a world that crashes or hangs is started again, whole, as torchrun's agent restarts its workers.
+
+Each attempt gets new rank processes (a function world's next attempt runs on a standby world warmed up while the
+attempt before it ran: :func:`ddpfaults.engine.pool.standby`), a fresh store (a new port: a restarted worker never
+reads the dead attempt's addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working
+directory and files (a function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they
+name (``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
+With ``check_resume`` the world also runs without faults first, and the two runs' optimizer steps are compared
+(:mod:`ddpfaults.judge.resume`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable
+
+from ddpfaults.errors import FaultError
+from ddpfaults.faults import Plan
+from ddpfaults.judge import resume
+from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
+
+#: the outcomes after which the world is restarted (a world still making progress at its timeout is not: a
+#: restart would not finish it sooner)
+RESTARTED = (Outcome.CRASHED, Outcome.HUNG)
+
+
+def summary(result: WorldResult, attempt: int) -> dict:
+    """One attempt as the report keeps it: its verdict, the faults that fired, the step each rank reached, its
+    seconds."""
+    return {
+        "attempt": attempt,
+        "outcome": str(result.outcome),
+        "reason": result.reason,
+        "root_cause": result.root_cause,
+        "root_rank": result.root_rank,
+        "fired": [f.describe() for f in result.fired],
+        "steps": [r.last_step for r in result.ranks],
+        "seconds": round(result.elapsed, 3),
+        "warm": result.warm,
+        "preemption": result.preemption,
+    }
+
+
+def check_attempts(plan: Plan, max_restarts: int) -> None:
+    """A :class:`~ddpfaults.errors.FaultError` for a fault of an attempt the world can never reach (``attempt`` above
+    ``max_restarts``)."""
+    for i, fault in enumerate(plan):
+        if fault.attempt > max_restarts:
+            raise FaultError(
+                f"faults[{i}] {fault!r} acts in attempt {fault.attempt}, which a world of max_restarts={max_restarts} "
+                f"never reaches (its attempts are 0..{max_restarts}); raise max_restarts or drop the fault"
+            )
+
+
+def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: int) -> WorldResult:
+    """Run ``start(attempt)`` for attempt 0, and again (at most ``max_restarts`` times) while the world crashes,
+    hangs or is preempted (the scheduler requeues a preempted job). An attempt's unfired faults are those of its own
+    attempt; faults of attempts never run are reported unfired with no chance. Without restarts the single result
+    is returned as it is."""
+    if max_restarts == 0:
+        result = start(0)
+        result.resume_records = [result.resume_records]
+        return result
+    results = []
+    for attempt in range(max_restarts + 1):
+        result = start(attempt)
+        result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
+        results.append(result)
+        if result.outcome not in RESTARTED and result.preemption is None:
+            break
+    last = results[-1]
+    last.attempts = [summary(r, k) for k, r in enumerate(results)]
+    last.resume_records = [r.resume_records for r in results]
+    last.unfired = [u for r in results for u in r.unfired] + [
+        UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
+    ]
+    last.fired = [f for r in results for f in r.fired]
+    return last
+
+
+@contextlib.contextmanager
+def kept_dir(prefix: str, wanted: bool = True):
+    """A directory that outlives each attempt of a world and goes with the world (a function world's shared
+    directory across restarts), or None when not ``wanted``."""
+    if not wanted:
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> WorldResult:
+    """``run(plan)``'s result; with ``spec.check_resume``, first ``run`` without faults (the uninterrupted run), then
+    with them, and the finding of :func:`ddpfaults.judge.resume.compare` in the result's ``resume``."""
+    if not spec.check_resume:
+        return run(plan)
+    baseline = run(Plan((), plan.world_size))
+    result = run(plan)
+    if baseline.outcome != Outcome.COMPLETED:
+        result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
+    else:
+        result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
+    return result

@@ -1,0 +1,55 @@
+"""Preemption inside a rank: the notice a scheduler sends (``Preempt``), the SIGKILL when its grace period runs out,
+and the checkpoints a rank saves (each completed ``torch.save`` to a file is a ``saved`` event, so a report can say
+whether a preempted rank saved and how many steps were lost)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import torch
+
+from ddpfaults.rank import running
+
+
+def track_saves() -> None:
+    """Make this process's ``torch.save`` to a file record a ``saved`` event in the running job (once per process;
+    inert between jobs)."""
+    original = torch.save
+    if getattr(original, "__ddpfaults_saves__", False):
+        return
+
+    def save(obj, f, *args, **kwargs):
+        """torch.save, then a ``saved`` event (a save to a path only: a buffer is no checkpoint)."""
+        done = original(obj, f, *args, **kwargs)
+        ctx = running.current()
+        if ctx is not None and isinstance(f, (str, os.PathLike)):
+            ctx._events.emit("saved", step=ctx.current_step, file=os.path.basename(os.fspath(f)))
+        return done
+
+    save.__ddpfaults_saves__ = True
+    save.__doc__, save.__name__, save.__wrapped__ = original.__doc__, original.__name__, original
+    torch.save = save
+
+
+def deliver(ctx, fault) -> None:
+    """Send the rank its preemption notice now, and SIGKILL it ``fault.grace`` seconds later if its job is still
+    running then."""
+    ctx.record_fired(
+        fault,
+        f"sent {fault.signal.name} as a scheduler preempting the job does (SIGKILL after {fault.grace:g} s)",
+        effect="preempted",
+    )
+
+    def expire():
+        if running.current() is not ctx:  # the job ended in time
+            return
+        how = f"SIGKILLed: still running {fault.grace:g} s after {fault.signal.name}"
+        ctx.record_fired(fault, how, effect="preempted", signal="SIGKILL")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    timer = threading.Timer(fault.grace, expire)
+    timer.name, timer.daemon = "ddpfaults-preempt-grace", True
+    timer.start()
+    os.kill(os.getpid(), fault.signal)  # returns only if the code under test handles the signal

@@ -1,0 +1,178 @@
+"""The resume check's capture inside a rank: what each optimizer step saw and did, as digests, with no change to the
+script.
+
+At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to
+its ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it),
+its state before it, each param group's learning rate, torch's RNG state before it, and the batches the rank's
+DataLoaders yielded since the previous step. When the job's function returns, a final record holds the state of
+every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`). The judge compares an interrupted, resumed
+run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
+check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+
+import torch
+import torch.utils.data.dataloader as dataloader
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from ddpfaults.rank import running, wrapped
+
+_capture = None  # the running job's capture, when its spec asks for the resume check
+
+
+class Capture:
+    """One job's records, appended to ``path`` as JSON lines."""
+
+    def __init__(self, ctx, path: str):
+        self.ctx, self.path = ctx, path
+        self.batches: list[str] = []  # digests of the batches drawn since the last optimizer step
+        self.pending: dict = {}  # optimizer id -> what was digested before its step
+        self.steps = 0
+        self.optimizers: list = []
+        self.file = None
+
+    def write(self, record: dict) -> None:
+        """Append one record (a whole line: a rank killed mid-job leaves every record it finished)."""
+        if self.file is None:
+            self.file = open(self.path, "a", buffering=1)
+        self.file.write(json.dumps(record) + "\n")
+
+
+def start(ctx, path: str) -> None:
+    """Capture the job's optimizer steps into ``path``."""
+    global _capture
+    install()
+    wrapped.forget()  # a warm rank's earlier jobs wrapped modules too
+    _capture = Capture(ctx, path)
+
+
+def finish(ctx) -> None:
+    """The job's function returned: record the final state of every module it wrapped, and stop capturing."""
+    global _capture
+    capture, _capture = _capture, None
+    if capture is None or capture.ctx is not ctx:
+        return
+    modules = [wrapped.state_digest(m) for m in wrapped.wrapped_modules()]
+    optimizers = [_params_digest(o) for o in capture.optimizers]
+    capture.write({"final": True, "modules": modules, "optimizers": optimizers, "steps": capture.steps})
+    capture.file.close()
+    capture.file = None
+
+
+_installed = False
+
+
+def install() -> None:
+    """Register the optimizer step hooks and the DataLoader patch (once per process; inert outside a capture).
+    Installed before the step clock's hooks, so a step's record is written before a fault at the next step acts."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    register_optimizer_step_pre_hook(_before_step)
+    register_optimizer_step_post_hook(_after_step)
+    iterator = dataloader._BaseDataLoaderIter
+    iterator.__next__ = _drawn(iterator.__next__)
+
+
+def _active():
+    capture = _capture
+    return capture if capture is not None and running.current() is capture.ctx else None
+
+
+def _before_step(optimizer, args, kwargs) -> None:
+    capture = _active()
+    if capture is None:
+        return
+    if not any(o is optimizer for o in capture.optimizers):
+        capture.optimizers.append(optimizer)
+    first = capture.steps == 0  # where a resumed attempt starts: its parameters place it on the uninterrupted run
+    capture.pending[id(optimizer)] = {
+        **({"before": _params_digest(optimizer)} if first else {}),
+        "state": _state_digest(optimizer),
+        "rng": _digest(torch.get_rng_state()),
+        "lr": [_number(group.get("lr")) for group in optimizer.param_groups],
+    }
+
+
+def _after_step(optimizer, args, kwargs) -> None:
+    capture = _active()
+    if capture is None:
+        return
+    before = capture.pending.pop(id(optimizer), {})
+    opt = next(i for i, o in enumerate(capture.optimizers) if o is optimizer) if capture.optimizers else 0
+    record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": capture.batches}
+    capture.steps += 1
+    capture.batches = []
+    capture.write(record)
+
+
+def _drawn(original):
+    def __next__(self):
+        batch = original(self)
+        capture = _active()
+        if capture is not None:
+            capture.batches.append(_digest(batch))
+        return batch
+
+    __next__.__wrapped__ = original
+    return __next__
+
+
+def _number(value):
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else _digest(value)
+    return value if isinstance(value, numbers.Number) else repr(value)
+
+
+def _params_digest(optimizer) -> str:
+    return _digest([p for group in optimizer.param_groups for p in group["params"]])
+
+
+def _state_digest(optimizer) -> str:
+    digest = hashlib.sha256()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key in sorted(state, key=str):
+                digest.update(str(key).encode())
+                _feed(digest, state[key])
+    return digest.hexdigest()
+
+
+def _digest(value) -> str:
+    """A SHA-256 (hex) of a batch or state, bit for bit: tensors by dtype, shape and bytes; containers in order."""
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest, value) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = (value.to_local() if hasattr(value, "to_local") else value).detach()
+        tensor = tensor if tensor.device.type == "cpu" and tensor.is_contiguous() else tensor.cpu().contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+        if tensor.numel():
+            try:
+                data = tensor.numpy()
+            except (TypeError, RuntimeError):  # a dtype numpy has not (bfloat16), a conjugate view: its bytes
+                data = tensor.reshape(-1).view(torch.uint8).numpy()
+            digest.update(data.reshape(-1).view("u1"))
+    elif isinstance(value, dict):
+        digest.update(b"{")
+        for key in value:
+            digest.update(repr(key).encode())
+            _feed(digest, value[key])
+        digest.update(b"}")
+    elif isinstance(value, (list, tuple)):
+        digest.update(b"[")
+        for item in value:
+            _feed(digest, item)
+        digest.update(b"]")
+    else:
+        digest.update(repr(value).encode())

@@ -1,0 +1,110 @@
+"""Restarts (``max_restarts``), preemption (``Preempt``) and the resume check (``check_resume``) in real worlds."""
+
+import os
+import re
+
+import pytest
+
+import ddpfaults
+import restartfns
+from ddpfaults.faults import Preempt, RankKilled
+from ddpfaults.judge.render import replay_line
+from ddpfaults.judge.results import WorldResult
+from ddpfaults.scenario import builtin_dir, load_function
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
+
+
+def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
+    result = ddpfaults.run_world(
+        restartfns.counting, world_size=2, faults=[RankKilled(rank=1, step=2)], max_restarts=2, stall=10
+    )
+    assert result.outcome == "completed", result.report()
+    assert result.values == [(2, 1), (2, 1)]  # attempt 1 resumed at step 2 from attempt 0's file
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"]
+    assert result.attempts[0]["root_rank"] == 1 and result.attempts[0]["steps"] == [2, 2]
+    assert result.attempts[0]["fired"] == ["RankKilled(rank=1, step=2) fired on rank 1 at step 2 (on_step)"]
+    assert result.attempts[1]["fired"] == []  # the kill targets attempt 0 only
+    assert result.attempts[1]["warm"] and result.warm  # the standby world, warmed up while attempt 0 ran
+    report = result.report()
+    assert "attempts: 2" in report and "attempt 0: crashed" in report and "attempt 1: completed" in report
+    assert "--max-restarts 2" in replay_line(result)
+    again = WorldResult.from_dict(result.to_dict())
+    assert again.attempts == result.attempts
+
+
+def test_restarts_stop_at_the_limit_and_a_later_attempt_s_fault_acts_there_only():
+    faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=1)]
+    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=1, stall=10)
+    assert result.outcome == "crashed" and result.root_rank == 0, result.report()
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "crashed"]
+    assert [a["root_rank"] for a in result.attempts] == [1, 0]
+
+
+def test_a_fault_of_an_attempt_never_reached_is_unfired_without_a_chance():
+    faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=2)]
+    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=2, stall=10)
+    assert result.outcome == "completed" and len(result.attempts) == 2, result.report()
+    assert [(u.index, u.had_chance) for u in result.unfired] == [(1, False)]
+
+
+def test_a_rank_that_outlives_its_grace_period_is_sigkilled():
+    result = ddpfaults.run_world(
+        restartfns.ignores_notice, world_size=2, faults=[Preempt(step=1, ranks=[1], grace=0.5)], stall=20
+    )
+    assert result.outcome == "crashed" and result.root_rank == 1, result.report()
+    assert "SIGKILL" in result.root_cause
+    assert result.preemption["notified"] == [1] and result.preemption["handled"] == [1]
+    assert result.preemption["killed_after_grace"] == [1] and result.preemption["saved"] == []
+    assert "SIGKILLed after the grace period: 1" in result.report()
+
+
+def test_a_restarted_script_keeps_its_directory_gets_a_fresh_store_and_resumes_bit_equal(tmp_path):
+    result = ddpfaults.run_script(
+        os.path.join(SCRIPTS, "resume_loop.py"),
+        world_size=2,
+        faults=[RankKilled(rank=1, step=3)],
+        max_restarts=1,
+        check_resume=True,
+        cwd=tmp_path,
+        stall=10,
+    )
+    assert result.outcome == "completed", result.report()
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"]
+    assert result.resume["equivalent"] is True, result.report()
+    assert result.resume["steps"] == 6 and result.resume["final_identical"]
+    assert "resumed bit-equal: 6 steps, final state identical" in result.report()
+    restart = re.search(r"restart (\d) port (\d+)", result.ranks[0].output)
+    assert restart.group(1) == "1"
+    assert list(tmp_path.iterdir()) == []  # the check ran both runs in scratch directories of their own
+
+
+def test_a_script_restart_shares_the_working_directory(tmp_path):
+    result = ddpfaults.run_script(
+        os.path.join(SCRIPTS, "resume_loop.py"),
+        world_size=2,
+        faults=[RankKilled(rank=1, step=3)],
+        max_restarts=1,
+        cwd=tmp_path,
+        stall=10,
+    )
+    assert result.outcome == "completed" and len(result.attempts) == 2, result.report()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    assert result.attempts[1]["steps"] == [3, 3] or result.attempts[1]["steps"] == [2, 2]
+
+
+RESUME = load_function(os.path.join(builtin_dir(), "scenario_resume.py") + ":resume_train")
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None)
+@given(rank=st.integers(0, 1), step=st.integers(1, 7))
+def test_saving_and_restoring_everything_resumes_bit_equal_wherever_the_kill(rank, step):
+    result = ddpfaults.run_world(
+        RESUME, world_size=2, faults=[RankKilled(rank=rank, step=step)], max_restarts=1, check_resume=True, stall=10
+    )
+    assert result.outcome == "completed", result.report()
+    assert result.resume["equivalent"], result.report()

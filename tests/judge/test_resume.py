@@ -1,0 +1,173 @@
+"""The resume check's comparison and the preemption summary, on hand-built records and results (no process)."""
+
+from ddpfaults.judge import recovery, resume
+from ddpfaults.judge.results import FiredFault, Outcome, RankResult, RankState, WorldResult
+
+
+def _run(steps: int, *, batch=lambda i: f"b{i}", lr=lambda i: 0.1, state=lambda i: f"s{i}", final="F") -> list:
+    """One rank's records of ``steps`` optimizer steps: parameters p0 -> p1 -> ... (p{i+1} after step i)."""
+    records = [
+        {
+            "i": i,
+            "before": f"p{i}",
+            "params": f"p{i + 1}",
+            "batch": [batch(i)],
+            "lr": [lr(i)],
+            "state": state(i),
+            "rng": f"r{i}",
+        }
+        for i in range(steps)
+    ]
+    return records + ([{"final": True, "modules": [final], "optimizers": [final]}] if final else [])
+
+
+def _resumed(base: list, upto: int, *, final="F", **changed) -> list:
+    """The base run's steps from ``upto`` on, as an attempt that resumed from the state after step ``upto - 1``
+    (``changed``: a field's value at the first resumed step)."""
+    steps = [dict(r) for r in base if not r.get("final")][upto:]
+    steps[0].update({"before": f"p{upto}", **changed})
+    return steps + [{"final": True, "modules": [final], "optimizers": [final]}]
+
+
+BASE = _run(6)
+
+
+def test_an_interrupted_run_resumed_from_its_last_step_is_equivalent():
+    killed = _run(4, final=None)  # killed at step 4: steps 0-3 ran
+    finding = resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])
+    assert finding == {"equivalent": True, "steps": 6, "final_identical": True, "first_difference": None}
+    assert resume.describe(finding) == "resumed bit-equal: 6 steps, final state identical"
+
+
+def test_a_step_run_again_after_the_restart_replaces_the_first_run_of_it():
+    killed = _run(5, final=None)  # step 4 ran, but its checkpoint was lost: the resume redoes it
+    assert resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])["equivalent"]
+
+
+def test_a_replayed_batch_is_named_with_the_step_it_belongs_to():
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, batch=["b0"])]])
+    first = finding["first_difference"]
+    assert (first["step"], first["ranks"], first["cause"], first["attempt"]) == (4, [0], "samples_replayed", 1)
+    assert "the batch the uninterrupted run consumed at step 0: samples replayed" in first["detail"]
+    assert resume.describe(finding).startswith("resume differs from step 4: rank 0 consumed at step 4")
+
+
+def test_each_cause_is_told_by_the_first_evidence_that_differs():
+    cases = {
+        "data_order": {"batch": ["new"]},
+        "optimizer_state": {"state": "fresh", "lr": [0.5]},
+        "learning_rate": {"lr": [0.5]},
+        "rng": {"params": "other", "rng": "other"},
+        "parameters": {"params": "other"},
+    }
+    for cause, changed in cases.items():
+        finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, **changed)]])
+        assert finding["first_difference"]["cause"] == cause, (cause, finding)
+
+
+def test_a_resume_from_weights_the_run_never_had_is_named_as_such():
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, before="torn")]])
+    assert finding["first_difference"]["cause"] == "resumed_state"
+
+
+def test_steps_never_run_and_a_different_final_state_are_differences():
+    missing = resume.compare([BASE], [[_run(4, final=None)]])
+    assert missing["first_difference"]["cause"] == "missing_step" and missing["first_difference"]["step"] == 4
+    final = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, final="G")]])
+    assert not final["equivalent"] and final["first_difference"]["cause"] == "final_state"
+    assert final["final_identical"] is False
+
+
+def test_preemption_says_who_handled_saved_and_was_killed_and_the_steps_lost():
+    notice = "sent SIGTERM as a scheduler preempting the job does"
+    fired = [FiredFault(0, "Preempt(step=3)", r, 3, notice, "preempted") for r in (0, 1)]
+    fired.append(FiredFault(0, "Preempt(step=3)", 1, 3, "SIGKILLed", "preempted", "SIGKILL"))
+    ranks = [
+        RankResult(
+            0,
+            RankState.FINISHED,
+            last_step=3,
+            events=[
+                {"k": "saved", "t": 0.1, "step": 1},
+                {"k": "fault", "t": 0.5, "effect": "preempted"},
+                {"k": "saved", "t": 0.6, "step": 3},
+            ],
+        ),
+        RankResult(1, RankState.DIED, exitcode=-9, last_step=4, events=[{"k": "fault", "t": 0.5}]),
+        RankResult(2, RankState.DIED, exitcode=-15, last_step=3),
+    ]
+    fired.append(FiredFault(0, "Preempt(step=3)", 2, 3, notice, "preempted"))
+    world = WorldResult(Outcome.CRASHED, ranks, "rank 2 was killed by SIGTERM", 2, "ended", 1.0, fired=fired)
+    summary = recovery.preemption(world)
+    assert summary == {
+        "fault": "Preempt(step=3)",
+        "step": 3,
+        "notified": [0, 1, 2],
+        "handled": [0, 1],
+        "saved": [0],
+        "killed_after_grace": [1],
+        "last_checkpoint_step": 3,
+        "steps_lost": 1,
+    }
+    assert "handled by 0, 1; saved after the notice by 0; SIGKILLed after the grace period: 1" in (
+        recovery.describe_preemption(summary)
+    )
+    assert recovery.preemption(WorldResult(Outcome.COMPLETED, ranks, "", None, "ended", 1.0)) is None
+
+
+def test_the_report_and_the_page_show_each_attempt_the_preemption_and_the_resume_finding():
+    from ddpfaults.report.document import build_document
+    from ddpfaults.report.html import render_html
+
+    attempts = [
+        {
+            "attempt": 0,
+            "outcome": "crashed",
+            "reason": "ended",
+            "root_cause": "rank 1 was killed by SIGKILL",
+            "root_rank": 1,
+            "fired": ["RankKilled(rank=1, step=4) fired on rank 1 at step 4 (on_step)"],
+            "steps": [4, 4],
+            "seconds": 0.4,
+            "preemption": None,
+        },
+        {
+            "attempt": 1,
+            "outcome": "completed",
+            "reason": "ended",
+            "root_cause": "no failure",
+            "root_rank": None,
+            "fired": [],
+            "steps": [5, 5],
+            "seconds": 0.2,
+            "preemption": None,
+        },
+    ]
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, lr=[0.5])]])
+    world = WorldResult(
+        Outcome.COMPLETED,
+        [RankResult(0, RankState.FINISHED)],
+        "no failure",
+        None,
+        "ended",
+        0.2,
+        world_size=1,
+        faults=["RankKilled(rank=1, step=4)"],
+        attempts=attempts,
+        resume=finding,
+    )
+    text = world.report()
+    assert "attempt 0: crashed in 0.40 s, steps reached [4, 4]; rank 1 was killed by SIGKILL" in text
+    assert "resume differs from step 4: the learning rate at step 4 is 0.5 where the uninterrupted run had 0.1" in text
+    assert "replay: " in text  # a completed world whose resume differs is worth rerunning
+    page = render_html(build_document([world]))
+    assert "f-attempt-0" in page and "f-attempt-1" in page and "the learning rate at step 4 is 0.5" in page
+
+
+def test_a_run_without_faults_that_failed_leaves_nothing_to_compare_with():
+    finding = resume.unchecked("crashed", "rank 0 raised KeyError: 'x'")
+    assert not finding["equivalent"] and finding["first_difference"]["cause"] == "uninterrupted_failed"
+    assert resume.describe(finding) == (
+        "resume not checked: the run without faults crashed (rank 0 raised KeyError: 'x'): there is no uninterrupted "
+        "run to compare with"
+    )

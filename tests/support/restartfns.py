@@ -1,0 +1,40 @@
+"""Rank functions of the restart and preemption tests (module level: the ranks import them)."""
+
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def counting(ctx, steps=4):
+    """All-reduce once per step, noting the steps done in ``ctx.shared_dir``; resume from there. Returns the step
+    this attempt started at and its attempt number."""
+    path = os.path.join(ctx.shared_dir, "done")
+    start = int(open(path).read()) if os.path.exists(path) else 0
+    t = torch.ones(1)
+    for step in range(start, steps):
+        ctx.step(step)
+        dist.all_reduce(t)
+        if ctx.rank == 0:
+            with open(path + ".tmp", "w") as f:
+                f.write(str(step + 1))
+            os.replace(path + ".tmp", path)
+        dist.barrier()
+    return start, ctx.attempt
+
+
+def ignores_notice(ctx, steps=3):
+    """Every rank ignores SIGTERM; at step 1 rank 1 then works on (sleeping, outside any collective) for 30 s."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        t = torch.ones(1)
+        for step in range(steps):
+            ctx.step(step)
+            if ctx.rank == 1 and step == 1:
+                time.sleep(30)
+            dist.all_reduce(t)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return float(t)
