@@ -669,7 +669,11 @@ ROWS = [
         "fault-link-op-unknown",
         "API",
         "FaultError",
-        ("DroppedLink: op must be None, 'ddp_bucket' or a torch.distributed collective", "'allreduce'"),
+        (
+            "DroppedLink: op must be None, 'ddp_bucket', one of 'fsdp_all_gather', 'fsdp_reduce_scatter', 'dcp' or a "
+            "torch.distributed collective",
+            "'allreduce'",
+        ),
         lambda e: e.api(DroppedLink, rank=1, step=1, op="allreduce"),
     ),
     Row(

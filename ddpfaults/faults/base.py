@@ -132,12 +132,14 @@ class Fault:
         """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to; overriding it means
         the fault takes effect there (it is recorded as fired before the call)."""
 
-    def skips_collective(self, ctx, op: str) -> bool:
-        """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
+    def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
+        """Return True to make the rank skip collective ``op`` made by ``maker`` (a key of
+        :data:`ddpfaults.events.MAKERS`; called only where the fault applies)."""
         return False
 
-    def before_collective(self, ctx, op: str) -> str | None:
-        """Act as the rank enters collective ``op`` (called where the fault applies, unless a skip took it); return
+    def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
+        """Act as the rank enters collective ``op`` made by ``maker`` (called where the fault applies, unless a skip
+        took it); return
         what was done (recorded as fired), None for no effect. ``SlowLink``, ``DroppedLink``."""
         return None
 

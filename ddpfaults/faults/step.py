@@ -139,6 +139,7 @@ COLLECTIVE_OPS = (
     "reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_gather_object",
     "gather",
     "gather_object",
@@ -146,6 +147,7 @@ COLLECTIVE_OPS = (
     "scatter_object_list",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_to_all",
     "all_to_all_single",
     "broadcast_object_list",
@@ -156,32 +158,47 @@ COLLECTIVE_OPS = (
 )
 #: SkippedCollective's ``op`` for the all_reduce of a DDP gradient bucket (made by DDP's reducer, not a call)
 DDP_BUCKET = "ddp_bucket"
+#: the ``op`` of a fault on the collectives a library makes itself (a maker of :data:`ddpfaults.events.MAKERS`):
+#: FSDP2's parameter all-gathers and gradient reduce-scatters, and every collective of Distributed Checkpoint
+LIBRARY_OPS = ("fsdp_all_gather", "fsdp_reduce_scatter", "dcp")
 
 
 def check_op(owner: str, op) -> str | None:
-    """``op`` if it is None, ``"ddp_bucket"`` or a traced torch.distributed collective; a FaultError otherwise."""
-    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
+    """``op`` if it is None, ``"ddp_bucket"``, a library's (:data:`LIBRARY_OPS`) or a traced torch.distributed
+    collective; a FaultError otherwise."""
+    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET, *LIBRARY_OPS):
         raise FaultError(
-            f"{owner}: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
-            f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
+            f"{owner}: op must be None, {DDP_BUCKET!r}, one of {', '.join(map(repr, LIBRARY_OPS))} or a "
+            f"torch.distributed collective ({', '.join(COLLECTIVE_OPS)}), got {op!r}"
         )
     return op
 
 
-def op_matches(mine: str | None, op: str) -> bool:
-    """True if a fault of op ``mine`` acts on collective ``op`` (None: any torch.distributed call, never a bucket)."""
-    return op == mine or (mine is None and op != DDP_BUCKET)
+def op_matches(mine: str | None, op: str, maker: str = "user") -> bool:
+    """True if a fault of op ``mine`` acts on collective ``op`` made by ``maker`` (a key of
+    :data:`ddpfaults.events.MAKERS`): its name or its maker's (``"fsdp_all_gather"``); None: any torch.distributed
+    call (whoever made it), never a DDP bucket."""
+    if mine is None:
+        return op != DDP_BUCKET
+    return op == mine or (mine in LIBRARY_OPS and maker == mine)
 
 
 def ops_overlap(a: str | None, b: str | None) -> bool:
-    """True if faults of ops ``a`` and ``b`` can act on one collective (equal, or None and a torch.distributed op)."""
+    """True if faults of ops ``a`` and ``b`` can act on one collective: equal; None and anything but a DDP bucket;
+    a library's op and a torch.distributed op (the library makes such calls)."""
+    if a == b:
+        return True
     ops = {a, b}
-    return len(ops) == 1 or (None in ops and DDP_BUCKET not in ops)
+    if DDP_BUCKET in ops:
+        return False
+    return None in ops or len(ops & set(LIBRARY_OPS)) == 1
 
 
 class CollectiveFault(Fault):
     """A fault acting on the first collective ``op`` of ``rank`` at ``step`` (``op``: a torch.distributed
-    function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, or None for any torch.distributed call).
+    function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, ``"fsdp_all_gather"``,
+    ``"fsdp_reduce_scatter"`` or ``"dcp"`` for a collective FSDP2 or Distributed Checkpoint makes, or None for any
+    torch.distributed call).
     """
 
     def __init__(self, *, rank, step, op: str | None = None):
@@ -190,9 +207,10 @@ class CollectiveFault(Fault):
         _require_step(self)
         self.op = check_op(type(self).__name__, op)
 
-    def matches(self, op: str) -> bool:
-        """True if this fault acts on a collective ``op`` (its op; any torch.distributed call without one)."""
-        return op_matches(self.op, op)
+    def matches(self, op: str, maker: str = "user") -> bool:
+        """True if this fault acts on a collective ``op`` made by ``maker`` (its op or its maker's; any
+        torch.distributed call without one)."""
+        return op_matches(self.op, op, maker)
 
     def acts_on_ddp_buckets(self, rank: int) -> bool:
         """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
@@ -210,12 +228,14 @@ class SkippedCollective(CollectiveFault):
 
     ``op`` is a torch.distributed function name (``"all_reduce"``, ``"barrier"``, ...) or ``"ddp_bucket"``: the
     all_reduce of a DDP gradient bucket in ``backward`` (plain DDP or ``ctx.ddp``; the rank keeps its own
-    gradients for that bucket). Without ``op``, the first torch.distributed call is skipped, never a bucket.
+    gradients for that bucket), ``"fsdp_all_gather"`` / ``"fsdp_reduce_scatter"`` (an FSDP2 parameter all-gather
+    or gradient reduce-scatter: the rank goes on with its buffer unfilled) or ``"dcp"`` (a collective of
+    ``dcp.save``/``dcp.load``). Without ``op``, the first torch.distributed call is skipped, never a bucket.
     """
 
-    def skips_collective(self, ctx, op: str) -> bool:
+    def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
         """Skip once per (rank, step): the first matching collective."""
-        return self.matches(op) and ctx.once(self)
+        return self.matches(op, maker) and ctx.once(self)
 
     def same_effect(self, other: Fault) -> str | None:
         """Two skips whose ops overlap both claim the first matching collective."""

@@ -322,9 +322,10 @@ def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
     return None
 
 
-def entering(ctx: RankContext, op: str) -> None:
-    """The rank enters collective ``op`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that act there."""
+def entering(ctx: RankContext, op: str, maker: str = "user") -> None:
+    """The rank enters collective ``op`` made by ``maker`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that
+    act there."""
     for fault in ctx._active():
-        done = effects.before_collective(ctx, fault, op)
+        done = effects.before_collective(ctx, fault, op, maker)
         if done is not None:
             ctx.record_fired(fault, done, effect="at_collective")

@@ -52,15 +52,15 @@ def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:
     checkpoint.install()
 
 
-def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str) -> bool:
+def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str = "user") -> bool:
     """A reader entering a collective at a torn step tells the writer (which stops holding); it skips nothing."""
     checkpoint.note_collective(ctx, fault.writer)
     return False
 
 
-def _drop_links(ctx, fault: DroppedLink, op: str) -> str | None:
+def _drop_links(ctx, fault: DroppedLink, op: str, maker: str = "user") -> str | None:
     """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
-    if not (fault.matches(op) and ctx.once(fault)):
+    if not (fault.matches(op, maker) and ctx.once(fault)):
         return None
     dropped = links.drop_all()
     if not dropped:
@@ -90,16 +90,17 @@ def arm(ctx, fault) -> None:
     hook(ctx, fault) if hook is not None else fault.arm(ctx)
 
 
-def skips_collective(ctx, fault, op: str) -> bool:
-    """True if ``fault`` makes ``ctx``'s rank skip collective ``op`` (where it applies)."""
+def skips_collective(ctx, fault, op: str, maker: str = "user") -> bool:
+    """True if ``fault`` makes ``ctx``'s rank skip collective ``op`` made by ``maker`` (where it applies)."""
     hook = _effect(fault).skips_collective
-    return hook(ctx, fault, op) if hook is not None else fault.skips_collective(ctx, op)
+    return hook(ctx, fault, op, maker) if hook is not None else fault.skips_collective(ctx, op, maker)
 
 
-def before_collective(ctx, fault, op: str) -> str | None:
-    """What ``fault`` did as ``ctx``'s rank entered collective ``op`` (where it applies, unless skipped); None."""
+def before_collective(ctx, fault, op: str, maker: str = "user") -> str | None:
+    """What ``fault`` did as ``ctx``'s rank entered collective ``op`` made by ``maker`` (where it applies, unless
+    skipped); None."""
     hook = _effect(fault).before_collective
-    return hook(ctx, fault, op) if hook is not None else fault.before_collective(ctx, op)
+    return hook(ctx, fault, op, maker) if hook is not None else fault.before_collective(ctx, op, maker)
 
 
 def step_starts() -> None:
