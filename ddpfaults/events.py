@@ -27,7 +27,7 @@ KINDS: dict[str, frozenset] = {
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
         "links_dropped": ("count", "step"),
         "log": ("msg", "step"),
-        "failed": ("error", "site", "step", "pg_seq"),
+        "failed": ("error", "site", "step", "pg_seq", "names"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),
         "terminated": ("signal",),
         "severed": ("sockets",),

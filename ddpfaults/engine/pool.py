@@ -48,6 +48,8 @@ _FORKSERVER_PRELOAD = [
     "torch.distributed",
     "torch.nn.parallel",
     "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint",
     "ddpfaults.rank.main",
 ]
 

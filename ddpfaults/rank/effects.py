@@ -7,6 +7,9 @@ looks the effect up here).
 - the checkpoint faults (``TornCheckpointWrite``, ``WriterKilledMidSave``): ``torch.save``/``torch.load`` are
   intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
   collectives it enters, so the writer stops holding for a reader blocked there;
+- the DCP faults (``TornDcpWrite``, ``CheckpointNotVisible``, ``AsyncSaveKilled``): ``os.fsync``, ``os.rename``,
+  ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` are wrapped when their step starts
+  (:mod:`ddpfaults.rank.dcp`);
 - ``DroppedLink``: the rank's gloo connections are shut down as it enters the collective
   (:mod:`ddpfaults.rank.links`), and it raises :class:`~ddpfaults.faults.LinkDropped` there.
 
@@ -22,8 +25,9 @@ from dataclasses import dataclass
 
 from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, TornCheckpointWrite
 from ddpfaults.faults.checkpoint import _CheckpointFault
+from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.faults.memory import MARGIN
-from ddpfaults.rank import checkpoint, links, memory
+from ddpfaults.rank import checkpoint, dcp, links, memory
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,12 @@ def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:
     checkpoint.install()
 
 
+def _intercept_dcp(ctx, fault) -> None:
+    """Route this process's fsyncs, existence checks and ``dcp.async_save`` through the DCP faults (idempotent). Not
+    an effect yet: the fault fires when it tears, hides or kills."""
+    dcp.install()
+
+
 def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str = "user") -> bool:
     """A reader entering a collective at a torn step tells the writer (which stops holding); it skips nothing."""
     checkpoint.note_collective(ctx, fault.writer)
@@ -77,6 +87,9 @@ EFFECTS = {
     _CheckpointFault: Effect(arm=_intercept_checkpoints),
     TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
     DroppedLink: Effect(before_collective=_drop_links),
+    TornDcpWrite: Effect(arm=_intercept_dcp),
+    CheckpointNotVisible: Effect(arm=_intercept_dcp),
+    AsyncSaveKilled: Effect(arm=_intercept_dcp),
 }
 
 
