@@ -24,7 +24,18 @@ import pytest
 import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.faults import DroppedLink, EmptyBatch, OutOfMemory, RankCrash, RankKilled, SkippedCollective, SlowLink
+from ddpfaults.faults import (
+    AsyncSaveKilled,
+    CheckpointNotVisible,
+    DroppedLink,
+    EmptyBatch,
+    OutOfMemory,
+    RankCrash,
+    RankKilled,
+    SkippedCollective,
+    SlowLink,
+    TornDcpWrite,
+)
 from ddpfaults.report.document import write_document
 from pluginruns import isolate
 
@@ -675,6 +686,55 @@ ROWS = [
             "'allreduce'",
         ),
         lambda e: e.api(DroppedLink, rank=1, step=1, op="allreduce"),
+    ),
+    Row(
+        "fault-dcp-part-unknown",
+        "API",
+        "FaultError",
+        ("TornDcpWrite: part must be one of 'shard', 'metadata'", "got 'data'"),
+        lambda e: e.api(TornDcpWrite, writer=1, step=1, part="data"),
+    ),
+    Row(
+        "fault-dcp-killed-not-bool",
+        "API",
+        "FaultError",
+        ("TornDcpWrite: killed must be True or False", "got 'yes'"),
+        lambda e: e.api(TornDcpWrite, writer=1, step=1, killed="yes"),
+    ),
+    Row(
+        "fault-dcp-step-missing",
+        "API",
+        "FaultArgumentError",
+        ("TornDcpWrite: missing a required argument: 'step'",),
+        lambda e: e.api(TornDcpWrite, writer=1),
+    ),
+    Row(
+        "fault-dcp-writer-negative",
+        "API",
+        "FaultError",
+        ("AsyncSaveKilled: writer must be a non-negative int (a rank)", "got -1"),
+        lambda e: e.api(AsyncSaveKilled, writer=-1, step=1),
+    ),
+    Row(
+        "fault-dcp-rank-missing",
+        "API",
+        "FaultArgumentError",
+        ("CheckpointNotVisible: missing a required argument: 'rank'",),
+        lambda e: e.api(CheckpointNotVisible, step=2),
+    ),
+    Row(
+        "fault-dcp-plan-conflict",
+        "API",
+        "FaultError",
+        (
+            "TornDcpWrite(writer=1, step=1) and faults[1] AsyncSaveKilled(writer=1, step=1) conflict on rank 1 at step 1",
+        ),
+        lambda e: e.api(
+            run_world,
+            takes_ctx,
+            world_size=2,
+            faults=[TornDcpWrite(writer=1, step=1), AsyncSaveKilled(writer=1, step=1)],
+        ),
     ),
     Row(
         "fault-out-of-memory-rank-beyond-world",

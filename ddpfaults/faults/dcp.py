@@ -75,6 +75,8 @@ class CheckpointNotVisible(Fault):
     rank, as on a shared filesystem whose writes are not yet visible everywhere. Its peers see the checkpoint. Fires
     each time it hides one (recorded once per step)."""
 
+    data_only = True  # what the rank sees of the filesystem; its wrappers stay inert once its step has passed
+
     def __init__(self, *, rank, step):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
