@@ -727,7 +727,8 @@ ROWS = [
         "API",
         "FaultError",
         (
-            "TornDcpWrite(writer=1, step=1) and faults[1] AsyncSaveKilled(writer=1, step=1) conflict on rank 1 at step 1",
+            "TornDcpWrite(writer=1, step=1) and faults[1] AsyncSaveKilled(writer=1, step=1) conflict",
+            "on rank 1 at step 1",
         ),
         lambda e: e.api(
             run_world,
