@@ -54,7 +54,8 @@ def main() -> None:
         ours.append(script_world(n))
         theirs.append(plain_torchrun(n, failures))
     for code, tail in failures[:1]:
-        print(f"plain torchrun exited {code} in {len(failures)} of {args.repeat} runs; the first's output ends:\n{tail}")
+        print(f"plain torchrun exited {code} in {len(failures)} of {args.repeat} runs; the first's output ends:")
+        print(tail)
     base, cost = statistics.median(theirs), statistics.median(ours)
     print(f"{n}-rank plain torchrun (fsdp_dcp_train.py):   median {base:.3f} s over {args.repeat}")
     print(f"{n}-rank ddpfaults script world (same script): median {cost:.3f} s over {args.repeat}")

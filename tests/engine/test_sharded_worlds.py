@@ -6,8 +6,16 @@ import os
 import pytest
 
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import DroppedLink, EmptyBatch, RankCrash, SkippedCollective, SlowLink, TornDcpWrite
-from rankfns import fsdp_dcp_round_trip
+from ddpfaults.faults import (
+    CheckpointNotVisible,
+    DroppedLink,
+    EmptyBatch,
+    RankCrash,
+    SkippedCollective,
+    SlowLink,
+    TornDcpWrite,
+)
+from rankfns import checkpoint_views, fsdp_dcp_round_trip
 
 SCRIPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "fsdp_dcp_train.py"
@@ -61,3 +69,11 @@ def test_an_fsdp2_dcp_script_completes_and_an_empty_batch_hangs_it_naming_the_ra
     assert empty.outcome == Outcome.HUNG, empty.report()
     assert empty.root_rank == 1 and empty.root_cause.startswith("rank 1 "), empty.report()
     assert [(f.rank, f.step) for f in empty.fired] == [(1, 1)]
+
+
+def test_a_rank_whose_view_lags_does_not_see_the_checkpoint_its_peers_see(tmp_path):
+    fault = CheckpointNotVisible(rank=1, step=1)
+    result = run_world(checkpoint_views, world_size=2, faults=[fault], kwargs={"root": str(tmp_path)}, timeout=60)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.values == [[True, True, True, ["ckpt"]], [False, False, False, []]]
+    assert [(f.rank, f.step, f.how) for f in result.fired] == [(1, 1, "hid checkpoint ckpt from the rank")]
