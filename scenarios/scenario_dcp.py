@@ -5,18 +5,22 @@ Measured on gloo, torch 2.13 (what the variants assert; /work/shared/measured-fa
 - ``dcp_rank0_save[naive]``: ``if rank == 0: dcp.save(...)`` (it is a collective: every rank plans and writes its
   own shard). Rank 0 waits in DCP's plan exchange while the others wait in the barrier after it; gloo does not
   notice an all_gather meeting a barrier: a hang, on rank 0. ``[fixed]``: every rank calls ``dcp.save``.
-  Field: the DCP docs ("must be called on all ranks"), torchtitan#227-style "rank 0 only" checkpoint code.
+  Field: DeepSpeed#797/#801 (``save_checkpoint`` called on rank 0 only hangs; every rank must call it), the same
+  shape as DCP's ``save``.
 - ``dcp_exists_check[naive]``: each rank decides on its own whether a checkpoint exists before ``dcp.load``; on
   rank 1 the checkpoint is not yet visible (``CheckpointNotVisible``: an eventually-consistent shared filesystem),
   so it starts training while its peers load: gloo's size check aborts a *receiving* rank. The root cause is rank 1
-  (whose view diverged). ``[fixed]``: every rank looks, rank 0 decides and broadcasts. Field: pytorch#107453-style
-  resume logic, Lustre/NFS attribute caches.
+  (whose view diverged). ``[fixed]``: every rank looks, rank 0 decides and broadcasts. Field:
+  KempnerInstitute/KempnerForge#49 (per-rank ``exists()`` on NFS/Lustre disagreed and the load deadlocked; fixed by
+  rank 0's decision, broadcast), InternLM/xtuner#1852 (the same fix for ``async_save_dcp``).
 - ``dcp_torn[naive]``: the checkpoint is overwritten in place and one write is torn (``TornDcpWrite``: rank 1's
   shard, or ``.metadata``); ``dcp.load`` raises ``CheckpointException`` on every rank, naming the rank(s) that
   failed. It derives from ``BaseException``, so the trainer's ``except Exception`` fallback does not catch it. The
   root cause is the rank the exception names, not the first to raise. ``[fixed]``: each save goes to a temporary
   directory renamed into place, and the loader falls back to the last good checkpoint on ``CheckpointException``
-  (caught by name). Field: pytorch#118036 (CheckpointException is a BaseException), torchtitan#930.
+  (caught by name). Field: pytorch#122529 (DCP gathers a read failure to every rank before raising it),
+  bghira/SimpleTuner#1880 (``CheckpointException ranks:dict_keys([0, ..., 7])`` on every rank);
+  ``class CheckpointException(BaseException)`` in torch/distributed/checkpoint/api.py.
 - ``dcp_async_save``: ``dcp.async_save`` after every step, on a checkpoint group of its own, and the writer rank 1
   is SIGKILLed as its save at step 1 returns (``AsyncSaveKilled``: a preempted node), before the future completes.
   ``[naive]`` advances the ``latest`` pointer as soon as ``async_save`` returns: every survivor finds it on a
@@ -24,8 +28,9 @@ Measured on gloo, torch 2.13 (what the variants assert; /work/shared/measured-fa
   and at exit, and advances the pointer only then: every survivor finds the last completed checkpoint. (Measured
   too, not a case since its outcome is a race: ``async_save`` on the default group, not awaited, while training
   goes on: the save's plan exchange, from DCP's thread, meets the training's FSDP all-gathers on the same group and
-  gloo aborts a rank or the world hangs. On GPU the same mistake saves post-update values, pytorch#144657 and
-  torchtitan#930; on CPU the staging copy is synchronous.)
+  gloo aborts a rank or the world hangs. The form pytorch#144657 reported, an update before the future completed
+  being saved, no longer reproduces on torch 2.13: the staging copy is taken before ``async_save`` returns.) Field:
+  torchtitan#930 (an async save's ``load`` before persistence finished failed), pytorch#144657.
 """
 
 import os

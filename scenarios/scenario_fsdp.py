@@ -17,8 +17,10 @@ Measured on gloo, torch 2.13 (what the variants assert; /work/shared/measured-fa
   the rank that diverged sees only "Connection reset by peer". The root cause is rank 1 (its config diverged),
   whichever rank gloo aborted. ``fsdp_wrap_config[fixed]``: rank 0 reads the config and broadcasts it.
 
-Field: pytorch/torchtitan and the FSDP2 docs ("every rank must call ``fully_shard`` on the same modules");
-pytorch#114299-style hangs of ranks that skip a step; report 000 for the empty batch.
+Field: report 000 (docs/field-reports.md) and the Accelerate measurement (a rank that ``continue`` s past an empty
+batch hangs the world only at its end) for the empty batch; pytorch#75373 (FSDP assumes "each rank wraps the same
+module in the same way" and runs the same order, unchecked: "it would either result in hang or incorrect results")
+and torchtitan#2747 / pytorch#158719 (FSDP2 collectives of different sizes across ranks) for the wrapping config.
 """
 
 import json
