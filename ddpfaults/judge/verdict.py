@@ -125,8 +125,7 @@ def root_cause(
     that diverged, if the divergence or ``deviation`` shows them; where the ranks raised one exception that names
     the ranks that failed, a DCP ``CheckpointException``: the first it names); else (at the start-up limit) the
     ranks that never joined the process group; else (at the timeout) the ranks still running outside any
-    collective; else
-    the odd ranks of the first divergent collective; else the ranks the evidence singles out
+    collective; else the odd ranks of the first divergent collective; else the ranks the evidence singles out
     (``deviation``: :func:`ddpfaults.judge.attribution.culprits`); else the earliest collateral failure; else
     where the ranks stood.
     """
