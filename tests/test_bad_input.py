@@ -688,6 +688,13 @@ ROWS = [
         lambda e: e.api(DroppedLink, rank=1, step=1, op="allreduce"),
     ),
     Row(
+        "fault-crash-op-unknown",
+        "API",
+        "FaultError",
+        ("RankKilled: op must be None, 'ddp_bucket', one of 'fsdp_all_gather'", "got 'reduce_scatter_fsdp'"),
+        lambda e: e.api(RankKilled, rank=1, step=1, op="reduce_scatter_fsdp"),
+    ),
+    Row(
         "fault-dcp-part-unknown",
         "API",
         "FaultError",

@@ -129,8 +129,13 @@ class Fault:
         carries the effect out records it."""
 
     def on_step(self, ctx) -> None:
-        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to; overriding it means
-        the fault takes effect there (it is recorded as fired before the call)."""
+        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to, if :attr:`acts_on_step`
+        (it is recorded as fired before the call)."""
+
+    @property
+    def acts_on_step(self) -> bool:
+        """True if the fault takes effect as its step starts: its class overrides :meth:`on_step`."""
+        return type(self).on_step is not Fault.on_step
 
     def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
         """Return True to make the rank skip collective ``op`` made by ``maker`` (a key of

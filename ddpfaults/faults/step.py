@@ -13,22 +13,64 @@ import signal as signals
 import time
 
 from ddpfaults.errors import FaultError
+from ddpfaults.events import MAKERS as MAKER_LABELS
 from ddpfaults.faults.base import Fault, _require_rank, _require_step
 
 
-class RankCrash(Fault):
-    """``rank`` raises ``exc`` when it announces ``step``.
+class _RankEnder(Fault):
+    """A fault that ends its rank at its step: when the step starts, or with ``op`` as the rank enters its first
+    collective ``op`` there (as for ``SkippedCollective``: ``"fsdp_reduce_scatter"``, ``"dcp"``, ``"all_reduce"``...;
+    the rank dies inside the step, its peers already in or entering that collective)."""
+
+    ends_rank = True
+    op: str | None = None
+
+    @property
+    def acts_on_step(self) -> bool:
+        """It acts when its step starts unless it waits for a collective ``op``."""
+        return self.op is None
+
+    def end(self, ctx) -> None:
+        """End the rank (what the kind does)."""
+        raise NotImplementedError
+
+    def on_step(self, ctx) -> None:
+        """End the rank as its step starts (without ``op``)."""
+        self.end(ctx)
+
+    def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
+        """End the rank as it enters its first collective ``op`` of the step (recorded first: it does not return)."""
+        if self.op is None or not (op_matches(self.op, op, maker) and ctx.once(self)):
+            return None
+        made = f" ({MAKER_LABELS[maker]})" if maker != "user" else ""
+        ctx.record_fired(self, f"entering {op}{made}", effect="at_collective", signal=self.kills_with)
+        self.end(ctx)
+        return None
+
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """An ``op="ddp_bucket"`` ender needs DDP's comm hook on its ranks."""
+        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.op is not None:
+            fields["op"] = repr(self.op)
+        return fields
+
+
+class RankCrash(_RankEnder):
+    """``rank`` raises ``exc`` when it announces ``step`` (with ``op``: as it enters its first collective ``op`` of
+    that step).
 
     ``exc`` is an exception instance or class (default ``RuntimeError("injected crash")``; a class is built
     with the message ``"injected crash"``); it must survive pickling, since it travels to the rank.
     """
 
-    ends_rank = True
-
-    def __init__(self, *, rank, step, exc: BaseException | type | None = None):
+    def __init__(self, *, rank, step, exc: BaseException | type | None = None, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
+        self.op = check_op("RankCrash", op)
         if exc is None:
             exc = RuntimeError("injected crash")
         if isinstance(exc, type) and issubclass(exc, BaseException):
@@ -51,12 +93,15 @@ class RankCrash(Fault):
             ) from None
         self.exc = exc
 
-    def on_step(self, ctx) -> None:
+    def end(self, ctx) -> None:
         """Raise the configured exception."""
         raise self.exc
 
     def _fields(self) -> dict:
-        return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
+        fields = super()._fields()
+        op = fields.pop("op", None)
+        fields["exc"] = f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"
+        return {**fields, **({"op": op} if op else {})}
 
 
 #: signals that do not end a process by default (ignored, or stop/continue it): none of them kills a rank
@@ -67,17 +112,17 @@ NOT_KILLING = frozenset(
 )
 
 
-class RankKilled(Fault):
-    """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step``: an OOM kill, a
-    preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died.
-    ``signal`` must be one whose default action ends a process (not SIGCHLD, SIGSTOP, ...)."""
+class RankKilled(_RankEnder):
+    """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step`` (with ``op``: as it
+    enters its first collective ``op`` of that step): an OOM kill, a preempted node, a worker killed by hand. It
+    leaves no Python traceback; the judge reports how it died. ``signal`` must be one whose default action ends a
+    process (not SIGCHLD, SIGSTOP, ...)."""
 
-    ends_rank = True
-
-    def __init__(self, *, rank, step, signal: int = signals.SIGKILL):
+    def __init__(self, *, rank, step, signal: int = signals.SIGKILL, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
+        self.op = check_op("RankKilled", op)
         try:
             if isinstance(signal, bool) or not isinstance(signal, int):
                 raise ValueError(signal)
@@ -97,15 +142,16 @@ class RankKilled(Fault):
         """The name of the signal it sends its rank."""
         return self.signal.name
 
-    def on_step(self, ctx) -> None:
+    def end(self, ctx) -> None:
         """Send the signal to this rank's own process."""
         os.kill(os.getpid(), self.signal)  # returns only if the code under test handles the signal
 
     def _fields(self) -> dict:
         fields = super()._fields()
+        op = fields.pop("op", None)
         if self.signal != signals.SIGKILL:
             fields["signal"] = f"signal.{self.signal.name}"
-        return fields
+        return {**fields, **({"op": op} if op else {})}
 
 
 class Straggler(Fault):

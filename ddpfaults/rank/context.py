@@ -13,7 +13,6 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults import events
-from ddpfaults.faults import Fault
 from ddpfaults.faults.step import DDP_BUCKET
 from ddpfaults.rank import effects, torch_private
 from ddpfaults.spec import RunSpec
@@ -145,7 +144,7 @@ class RankContext:
         for fault in active:
             effects.arm(self, fault)
         for fault in active:
-            if type(fault).on_step is not Fault.on_step:
+            if fault.acts_on_step:
                 self.record_fired(fault, "on_step", effect="on_step", signal=fault.kills_with)
                 fault.on_step(self)
 

@@ -11,6 +11,7 @@ from ddpfaults.faults import (
     DroppedLink,
     EmptyBatch,
     RankCrash,
+    RankKilled,
     SkippedCollective,
     SlowLink,
     TornDcpWrite,
@@ -77,3 +78,14 @@ def test_a_rank_whose_view_lags_does_not_see_the_checkpoint_its_peers_see(tmp_pa
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.values == [[True, True, True, ["ckpt"]], [False, False, False, []]]
     assert [(f.rank, f.step, f.how) for f in result.fired] == [(1, 1, "hid checkpoint ckpt from the rank")]
+
+
+def test_a_rank_killed_in_an_fsdp2_reduce_scatter_and_one_crashing_in_dcp(tmp_path):
+    killed = _round_trip(tmp_path / "killed", [RankKilled(rank=1, step=1, op="fsdp_reduce_scatter")])
+    assert killed.outcome == Outcome.CRASHED and killed.root_rank == 1, killed.report()
+    assert killed.root_cause == "rank 1 was killed by SIGKILL"
+    assert [(f.step, f.how) for f in killed.fired] == [(1, "entering reduce_scatter_single (FSDP reduce-scatter)")]
+    crashed = _round_trip(tmp_path / "crashed", [RankCrash(rank=1, step=2, op="dcp")])
+    assert crashed.outcome == Outcome.CRASHED and crashed.root_rank == 1, crashed.report()
+    assert crashed.root_cause.startswith("rank 1 raised RuntimeError: injected crash")
+    assert crashed.fired[0].how.endswith("(DCP)")

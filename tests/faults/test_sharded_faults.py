@@ -1,6 +1,8 @@
 """Unit tests of the sharded-training faults: the DCP fault values, and the ops that pick FSDP2's and DCP's
 collectives by their maker (matching and conflicts)."""
 
+import signal
+
 import pytest
 
 import ddpfaults.faults
@@ -9,6 +11,8 @@ from ddpfaults.faults import (
     AsyncSaveKilled,
     CheckpointNotVisible,
     DroppedLink,
+    RankCrash,
+    RankKilled,
     SkippedCollective,
     SlowLink,
     TornDcpWrite,
@@ -27,13 +31,15 @@ FAULTS = [
     SkippedCollective(rank=1, step=1, op="fsdp_reduce_scatter"),
     SlowLink(rank=0, step=2, op="fsdp_all_gather", delay=0.5),
     DroppedLink(rank=1, step=1, op="dcp"),
+    RankCrash(rank=1, step=2, op="fsdp_all_gather"),
+    RankKilled(rank=1, step=2, signal=signal.SIGTERM, op="dcp"),
 ]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=repr)
 def test_repr_parses_back_into_the_fault(fault):
     assert parse_plan(repr([fault])) == [fault]
-    assert eval(repr(fault), vars(ddpfaults.faults)) == fault
+    assert eval(repr(fault), {**vars(ddpfaults.faults), "signal": signal}) == fault
     assert check_faults([fault], 4) == (fault,)
 
 
@@ -117,3 +123,33 @@ def test_a_library_op_picks_its_makers_calls_and_no_other():
     assert all(not ops_overlap(op, "ddp_bucket") for op in LIBRARY_OPS)
     assert ops_overlap("fsdp_all_gather", None) and ops_overlap("fsdp_all_gather", "all_gather_single")
     assert not ops_overlap("fsdp_all_gather", "fsdp_reduce_scatter")
+
+
+class _Ctx:
+    """What a fault's collective hook asks of a rank context: once per step, and the fired records."""
+
+    def __init__(self):
+        self.fired, self.asked = [], set()
+
+    def once(self, fault):
+        first = fault not in self.asked
+        self.asked.add(fault)
+        return first
+
+    def record_fired(self, fault, how, *, effect, signal=None):
+        self.fired.append((how, effect, signal))
+
+
+def test_a_crash_with_an_op_waits_for_its_collective_and_one_without_acts_on_its_step():
+    assert RankCrash(rank=1, step=1).acts_on_step and not RankCrash(rank=1, step=1, op="dcp").acts_on_step
+    assert repr(RankKilled(rank=1, step=2, op="fsdp_reduce_scatter")) == (
+        "RankKilled(rank=1, step=2, op='fsdp_reduce_scatter')"
+    )
+    crash, ctx = RankCrash(rank=1, step=1, op="fsdp_reduce_scatter"), _Ctx()
+    assert crash.before_collective(ctx, "all_gather_single", "fsdp_all_gather") is None and ctx.fired == []
+    with pytest.raises(RuntimeError, match="injected crash"):
+        crash.before_collective(ctx, "reduce_scatter_single", "fsdp_reduce_scatter")
+    assert ctx.fired == [("entering reduce_scatter_single (FSDP reduce-scatter)", "at_collective", None)]
+    assert RankKilled(rank=1, step=1, op="ddp_bucket").acts_on_ddp_buckets(1)
+    with pytest.raises(FaultError, match="conflict"):  # it still ends the rank within its step
+        check_plan([RankKilled(rank=1, step=1, op="dcp"), SkippedCollective(rank=1, step=1, op="fsdp_all_gather")])
