@@ -71,8 +71,8 @@ class Fault:
 
     #: argument name used for the ranks in ``repr`` (``writer`` for checkpoint faults)
     rank_arg = "rank"
-    #: True for a fault that ends its rank when a step it names starts (``RankCrash``, ``RankKilled``): no other
-    #: fault can act on that rank at that step (see :func:`conflict`)
+    #: True for a fault that ends its rank at a step it names, as it starts or at a collective of it (``RankCrash``,
+    #: ``RankKilled``): no other fault can act on that rank at that step (see :func:`conflict`)
     ends_rank = False
     #: True for a fault that only changes the data a rank sees (which batches, what is in them) and leaves nothing
     #: behind in the rank process once its job ends: a world that completed cleanly under a plan of such faults
@@ -222,10 +222,10 @@ def conflict(first: Fault, second: Fault) -> str | None:
 
     Two faults conflict when, on a rank and step they share, one of them could never take effect:
 
-    - a fault that ends its rank when the step starts (``RankCrash``, ``RankKilled``) and any other fault that
-      names that rank and that step explicitly: two crashes, a crash and a kill, a crash and an ``EmptyBatch``,
-      a ``Straggler``, a ``SkippedCollective``, a checkpoint fault of that writer... (what acts would depend on
-      the plan's order, which ``FaultPlan`` sorts);
+    - a fault that ends its rank at the step (``RankCrash``, ``RankKilled``: as it starts, or at its ``op``) and any
+      other fault that names that rank and that step explicitly: two crashes, a crash and a kill, a crash and an
+      ``EmptyBatch``, a ``Straggler``, a ``SkippedCollective``, a checkpoint fault of that writer... (what acts
+      would depend on the plan's order, which ``FaultPlan`` sorts);
     - two faults taking the same single event (:meth:`Fault.same_effect`): two ``EmptyBatch`` (one batch to
       empty), two ``SchemaDrift`` of the same key, two ``DeviceMismatch`` (one DDP construction), two
       ``UnevenInputs`` of a rank, two ``SkippedCollective`` whose ops overlap (both claim the first matching
