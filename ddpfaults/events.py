@@ -28,7 +28,7 @@ KINDS: dict[str, frozenset] = {
         "links_dropped": ("count", "step"),
         "saved": ("step", "file"),
         "log": ("msg", "step"),
-        "failed": ("error", "site", "step", "pg_seq"),
+        "failed": ("error", "site", "step", "pg_seq", "names"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),
         "terminated": ("signal",),
         "severed": ("sockets",),
@@ -52,6 +52,19 @@ MAKERS = {
     "dcp": "DCP",
     "ddpfaults": "ddpfaults",
 }
+#: (path piece, frame function, maker): who made a collective when such a frame is on its stack (None: any path or
+#: any function), first match wins: FSDP2 runs inside forward and backward too, so it is tried before DDP. The judge
+#: reads it off a flight record's frames, the rank's tracing off the live stack (where a fault picks its collective).
+MAKER_FRAMES = (
+    ("/fsdp/", "foreach_all_gather", "fsdp_all_gather"),
+    ("/fsdp/", "foreach_reduce", "fsdp_reduce_scatter"),
+    ("/distributed/tensor/", "redistribute_local_tensor", "dtensor"),
+    ("/distributed/checkpoint/", None, "dcp"),
+    ("/nn/parallel/distributed.py", "_pre_forward", "ddp_forward"),
+    (None, "_engine_run_backward", "ddp_bucket"),
+    (None, "_sync_module_states", "ddp_construction"),
+    (None, "_verify_param_shape_across_processes", "ddp_construction"),
+)
 #: makers whose calls have no call site of their own (the user's forward or backward line may differ between ranks)
 SITELESS_MAKERS = frozenset({"ddp_bucket", "ddp_forward", "ddp_construction", "fsdp_all_gather", "fsdp_reduce_scatter"})
 

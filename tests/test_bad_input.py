@@ -25,6 +25,8 @@ import ddpfaults
 from ddpfaults import Expect, RunSpec, run_script, run_world, scenario, script_scenario, variant
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.faults import (
+    AsyncSaveKilled,
+    CheckpointNotVisible,
     DroppedLink,
     EmptyBatch,
     OutOfMemory,
@@ -33,6 +35,7 @@ from ddpfaults.faults import (
     RankKilled,
     SkippedCollective,
     SlowLink,
+    TornDcpWrite,
 )
 from ddpfaults.plugin import DDPWorld
 from ddpfaults.report.document import write_document
@@ -784,8 +787,69 @@ ROWS = [
         "fault-link-op-unknown",
         "API",
         "FaultError",
-        ("DroppedLink: op must be None, 'ddp_bucket' or a torch.distributed collective", "'allreduce'"),
+        (
+            "DroppedLink: op must be None, 'ddp_bucket', one of 'fsdp_all_gather', 'fsdp_reduce_scatter', 'dcp' or a "
+            "torch.distributed collective",
+            "'allreduce'",
+        ),
         lambda e: e.api(DroppedLink, rank=1, step=1, op="allreduce"),
+    ),
+    Row(
+        "fault-crash-op-unknown",
+        "API",
+        "FaultError",
+        ("RankKilled: op must be None, 'ddp_bucket', one of 'fsdp_all_gather'", "got 'reduce_scatter_fsdp'"),
+        lambda e: e.api(RankKilled, rank=1, step=1, op="reduce_scatter_fsdp"),
+    ),
+    Row(
+        "fault-dcp-part-unknown",
+        "API",
+        "FaultError",
+        ("TornDcpWrite: part must be one of 'shard', 'metadata'", "got 'data'"),
+        lambda e: e.api(TornDcpWrite, writer=1, step=1, part="data"),
+    ),
+    Row(
+        "fault-dcp-killed-not-bool",
+        "API",
+        "FaultError",
+        ("TornDcpWrite: killed must be True or False", "got 'yes'"),
+        lambda e: e.api(TornDcpWrite, writer=1, step=1, killed="yes"),
+    ),
+    Row(
+        "fault-dcp-step-missing",
+        "API",
+        "FaultArgumentError",
+        ("TornDcpWrite: missing a required argument: 'step'",),
+        lambda e: e.api(TornDcpWrite, writer=1),
+    ),
+    Row(
+        "fault-dcp-writer-negative",
+        "API",
+        "FaultError",
+        ("AsyncSaveKilled: writer must be a non-negative int (a rank)", "got -1"),
+        lambda e: e.api(AsyncSaveKilled, writer=-1, step=1),
+    ),
+    Row(
+        "fault-dcp-rank-missing",
+        "API",
+        "FaultArgumentError",
+        ("CheckpointNotVisible: missing a required argument: 'rank'",),
+        lambda e: e.api(CheckpointNotVisible, step=2),
+    ),
+    Row(
+        "fault-dcp-plan-conflict",
+        "API",
+        "FaultError",
+        (
+            "TornDcpWrite(writer=1, step=1) and faults[1] AsyncSaveKilled(writer=1, step=1) conflict",
+            "on rank 1 at step 1",
+        ),
+        lambda e: e.api(
+            run_world,
+            takes_ctx,
+            world_size=2,
+            faults=[TornDcpWrite(writer=1, step=1), AsyncSaveKilled(writer=1, step=1)],
+        ),
     ),
     Row(
         "fault-out-of-memory-rank-beyond-world",

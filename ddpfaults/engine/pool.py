@@ -43,14 +43,17 @@ from ddpfaults.rank.main import main as rank_main
 RECORD_LIMIT = 512
 WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the launcher, not gloo, finds hangs
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
-#: dump import torch._dynamo: ~1 s of CPU per rank otherwise); the first sets the fork server up to keep, and at
-#: the launcher's death kill, whatever the ranks leave behind (see ddpfaults.rank.forkserver).
+#: dump import torch._dynamo: ~1 s of CPU per rank otherwise; FSDP2 and DCP ~1.5 s per rank); the first sets the
+#: fork server up to keep, and at the launcher's death kill, whatever the ranks leave behind (see
+#: ddpfaults.rank.forkserver).
 _FORKSERVER_PRELOAD = [
     "ddpfaults.rank.forkserver",
     "torch",
     "torch.distributed",
     "torch.nn.parallel",
     "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint",
     "ddpfaults.rank.main",
 ]
 

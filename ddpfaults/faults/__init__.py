@@ -10,7 +10,9 @@ faults (``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``) act on the batches a
 ``DataLoader`` yields and ``DeviceMismatch`` on the construction of DDP, unless
 scenario code asks for them through ``ctx.fault(Kind)``; checkpoint faults
 (``TornCheckpointWrite``, ``WriterKilledMidSave``) intercept ``torch.save`` /
-``torch.load`` in the rank (armed when their step starts); ``OutOfMemory`` limits its rank's
+``torch.load`` in the rank (armed when their step starts), the DCP faults (``TornDcpWrite``,
+``CheckpointNotVisible``, ``AsyncSaveKilled``) DCP's file writes, existence checks and ``async_save``;
+``OutOfMemory`` limits its rank's
 address space when its step starts; the link faults (``SlowLink``, ``DroppedLink``) act as their
 rank enters a collective (``before_collective``). So the code under test needs no change.
 Whenever a fault takes effect it is recorded as fired, and only then: a checkpoint fault fires when it tears
@@ -21,7 +23,8 @@ a plan knows whether it only changes data (:attr:`Plan.data_only`).
 
 This package holds the values only: :mod:`~ddpfaults.faults.base` (the base class and its
 validation), :mod:`~ddpfaults.faults.step`, :mod:`~ddpfaults.faults.data`,
-:mod:`~ddpfaults.faults.checkpoint`, :mod:`~ddpfaults.faults.memory` and :mod:`~ddpfaults.faults.link`
+:mod:`~ddpfaults.faults.checkpoint`, :mod:`~ddpfaults.faults.dcp`, :mod:`~ddpfaults.faults.memory` and
+:mod:`~ddpfaults.faults.link`
 (the kinds), :mod:`~ddpfaults.faults.batches` (what a data fault does to a batch of any layout). The effect of a
 checkpoint, memory or ``DroppedLink`` fault inside a rank needs the rank's machinery: it lives in
 :mod:`ddpfaults.rank.effects`, which looks the kind up; this package never imports the rank side (nor torch at
@@ -35,11 +38,14 @@ from ddpfaults.faults.base import Fault, Plan, check_faults
 from ddpfaults.faults.batches import register_empty_batch, zero_instance_target
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.data import DeviceMismatch, EmptyBatch, SchemaDrift, UnevenInputs
+from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.faults.link import DroppedLink, LinkDropped, SlowLink
 from ddpfaults.faults.memory import OutOfMemory
 from ddpfaults.faults.step import Preempt, RankCrash, RankKilled, RankOnlyBarrier, SkippedCollective, Straggler
 
 __all__ = [
+    "AsyncSaveKilled",
+    "CheckpointNotVisible",
     "DeviceMismatch",
     "DroppedLink",
     "EmptyBatch",
@@ -57,6 +63,7 @@ __all__ = [
     "SlowLink",
     "Straggler",
     "TornCheckpointWrite",
+    "TornDcpWrite",
     "UnevenInputs",
     "WriterKilledMidSave",
     "check_faults",

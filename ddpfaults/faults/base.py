@@ -80,8 +80,8 @@ class Fault:
     #: the run of a restarted world it acts in (every fault takes ``attempt=N``, keyword-only; 0: the first run,
     #: so a kill is not repeated by every restart)
     attempt = 0
-    #: True for a fault that ends its rank when a step it names starts (``RankCrash``, ``RankKilled``): no other
-    #: fault can act on that rank at that step (see :func:`conflict`)
+    #: True for a fault that ends its rank at a step it names, as it starts or at a collective of it (``RankCrash``,
+    #: ``RankKilled``): no other fault can act on that rank at that step (see :func:`conflict`)
     ends_rank = False
     #: True for a fault that only changes the data a rank sees (which batches, what is in them) and leaves nothing
     #: behind in the rank process once its job ends: a world that completed cleanly under a plan of such faults
@@ -138,15 +138,22 @@ class Fault:
         carries the effect out records it."""
 
     def on_step(self, ctx) -> None:
-        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to; overriding it means
-        the fault takes effect there (it is recorded as fired before the call)."""
+        """Called when ``ctx.step(i)`` is announced on a rank and step this fault applies to, if :attr:`acts_on_step`
+        (it is recorded as fired before the call)."""
 
-    def skips_collective(self, ctx, op: str) -> bool:
-        """Return True to make the rank skip collective ``op`` (called only where the fault applies)."""
+    @property
+    def acts_on_step(self) -> bool:
+        """True if the fault takes effect as its step starts: its class overrides :meth:`on_step`."""
+        return type(self).on_step is not Fault.on_step
+
+    def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
+        """Return True to make the rank skip collective ``op`` made by ``maker`` (a key of
+        :data:`ddpfaults.events.MAKERS`; called only where the fault applies)."""
         return False
 
-    def before_collective(self, ctx, op: str) -> str | None:
-        """Act as the rank enters collective ``op`` (called where the fault applies, unless a skip took it); return
+    def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
+        """Act as the rank enters collective ``op`` made by ``maker`` (called where the fault applies, unless a skip
+        took it); return
         what was done (recorded as fired), None for no effect. ``SlowLink``, ``DroppedLink``."""
         return None
 
@@ -230,10 +237,10 @@ def conflict(first: Fault, second: Fault) -> str | None:
 
     Two faults conflict when, on a rank and step they share, one of them could never take effect:
 
-    - a fault that ends its rank when the step starts (``RankCrash``, ``RankKilled``) and any other fault that
-      names that rank and that step explicitly: two crashes, a crash and a kill, a crash and an ``EmptyBatch``,
-      a ``Straggler``, a ``SkippedCollective``, a checkpoint fault of that writer... (what acts would depend on
-      the plan's order, which ``FaultPlan`` sorts);
+    - a fault that ends its rank at the step (``RankCrash``, ``RankKilled``: as it starts, or at its ``op``) and any
+      other fault that names that rank and that step explicitly: two crashes, a crash and a kill, a crash and an
+      ``EmptyBatch``, a ``Straggler``, a ``SkippedCollective``, a checkpoint fault of that writer... (what acts
+      would depend on the plan's order, which ``FaultPlan`` sorts);
     - two faults taking the same single event (:meth:`Fault.same_effect`): two ``EmptyBatch`` (one batch to
       empty), two ``SchemaDrift`` of the same key, two ``DeviceMismatch`` (one DDP construction), two
       ``UnevenInputs`` of a rank, two ``SkippedCollective`` whose ops overlap (both claim the first matching

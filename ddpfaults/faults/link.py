@@ -38,9 +38,9 @@ class SlowLink(_LinkFault):
             raise FaultError(f"SlowLink: delay must be a positive finite number of seconds, got {delay!r}")
         self.delay = float(delay)
 
-    def before_collective(self, ctx, op: str) -> str | None:
+    def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
         """Sleep ``delay`` seconds before the first matching collective of the step."""
-        if not (self.matches(op) and ctx.once(self)):
+        if not (self.matches(op, maker) and ctx.once(self)):
             return None
         time.sleep(self.delay)
         return f"held {op} back {self.delay:g} s"

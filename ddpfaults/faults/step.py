@@ -13,22 +13,64 @@ import signal as signals
 import time
 
 from ddpfaults.errors import FaultError
+from ddpfaults.events import MAKERS as MAKER_LABELS
 from ddpfaults.faults.base import Fault, _require_rank, _require_step
 
 
-class RankCrash(Fault):
-    """``rank`` raises ``exc`` when it announces ``step``.
+class _RankEnder(Fault):
+    """A fault that ends its rank at its step: when the step starts, or with ``op`` as the rank enters its first
+    collective ``op`` there (as for ``SkippedCollective``: ``"fsdp_reduce_scatter"``, ``"dcp"``, ``"all_reduce"``...;
+    the rank dies inside the step, its peers already in or entering that collective)."""
+
+    ends_rank = True
+    op: str | None = None
+
+    @property
+    def acts_on_step(self) -> bool:
+        """It acts when its step starts unless it waits for a collective ``op``."""
+        return self.op is None
+
+    def end(self, ctx) -> None:
+        """End the rank (what the kind does)."""
+        raise NotImplementedError
+
+    def on_step(self, ctx) -> None:
+        """End the rank as its step starts (without ``op``)."""
+        self.end(ctx)
+
+    def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
+        """End the rank as it enters its first collective ``op`` of the step (recorded first: it does not return)."""
+        if self.op is None or not (op_matches(self.op, op, maker) and ctx.once(self)):
+            return None
+        made = f" ({MAKER_LABELS[maker]})" if maker != "user" else ""
+        ctx.record_fired(self, f"entering {op}{made}", effect="at_collective", signal=self.kills_with)
+        self.end(ctx)
+        return None
+
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """An ``op="ddp_bucket"`` ender needs DDP's comm hook on its ranks."""
+        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.op is not None:
+            fields["op"] = repr(self.op)
+        return fields
+
+
+class RankCrash(_RankEnder):
+    """``rank`` raises ``exc`` when it announces ``step`` (with ``op``: as it enters its first collective ``op`` of
+    that step).
 
     ``exc`` is an exception instance or class (default ``RuntimeError("injected crash")``; a class is built
     with the message ``"injected crash"``); it must survive pickling, since it travels to the rank.
     """
 
-    ends_rank = True
-
-    def __init__(self, *, rank, step, exc: BaseException | type | None = None):
+    def __init__(self, *, rank, step, exc: BaseException | type | None = None, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
+        self.op = check_op("RankCrash", op)
         if exc is None:
             exc = RuntimeError("injected crash")
         if isinstance(exc, type) and issubclass(exc, BaseException):
@@ -51,12 +93,15 @@ class RankCrash(Fault):
             ) from None
         self.exc = exc
 
-    def on_step(self, ctx) -> None:
+    def end(self, ctx) -> None:
         """Raise the configured exception."""
         raise self.exc
 
     def _fields(self) -> dict:
-        return {**super()._fields(), "exc": f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"}
+        fields = super()._fields()
+        op = fields.pop("op", None)
+        fields["exc"] = f"{type(self.exc).__name__}({', '.join(map(repr, self.exc.args))})"
+        return {**fields, **({"op": op} if op else {})}
 
 
 #: signals that do not end a process by default (ignored, or stop/continue it): none of them kills a rank
@@ -67,17 +112,17 @@ NOT_KILLING = frozenset(
 )
 
 
-class RankKilled(Fault):
-    """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step``: an OOM kill, a
-    preempted node, a worker killed by hand. It leaves no Python traceback; the judge reports how it died.
-    ``signal`` must be one whose default action ends a process (not SIGCHLD, SIGSTOP, ...)."""
+class RankKilled(_RankEnder):
+    """``rank``'s process is killed by ``signal`` (default SIGKILL) when it announces ``step`` (with ``op``: as it
+    enters its first collective ``op`` of that step): an OOM kill, a preempted node, a worker killed by hand. It
+    leaves no Python traceback; the judge reports how it died. ``signal`` must be one whose default action ends a
+    process (not SIGCHLD, SIGSTOP, ...)."""
 
-    ends_rank = True
-
-    def __init__(self, *, rank, step, signal: int = signals.SIGKILL):
+    def __init__(self, *, rank, step, signal: int = signals.SIGKILL, op: str | None = None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
+        self.op = check_op("RankKilled", op)
         try:
             if isinstance(signal, bool) or not isinstance(signal, int):
                 raise ValueError(signal)
@@ -97,15 +142,16 @@ class RankKilled(Fault):
         """The name of the signal it sends its rank."""
         return self.signal.name
 
-    def on_step(self, ctx) -> None:
+    def end(self, ctx) -> None:
         """Send the signal to this rank's own process."""
         os.kill(os.getpid(), self.signal)  # returns only if the code under test handles the signal
 
     def _fields(self) -> dict:
         fields = super()._fields()
+        op = fields.pop("op", None)
         if self.signal != signals.SIGKILL:
             fields["signal"] = f"signal.{self.signal.name}"
-        return fields
+        return {**fields, **({"op": op} if op else {})}
 
 
 class Straggler(Fault):
@@ -139,6 +185,7 @@ COLLECTIVE_OPS = (
     "reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_gather_object",
     "gather",
     "gather_object",
@@ -146,6 +193,7 @@ COLLECTIVE_OPS = (
     "scatter_object_list",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_to_all",
     "all_to_all_single",
     "broadcast_object_list",
@@ -156,32 +204,47 @@ COLLECTIVE_OPS = (
 )
 #: SkippedCollective's ``op`` for the all_reduce of a DDP gradient bucket (made by DDP's reducer, not a call)
 DDP_BUCKET = "ddp_bucket"
+#: the ``op`` of a fault on the collectives a library makes itself (a maker of :data:`ddpfaults.events.MAKERS`):
+#: FSDP2's parameter all-gathers and gradient reduce-scatters, and every collective of Distributed Checkpoint
+LIBRARY_OPS = ("fsdp_all_gather", "fsdp_reduce_scatter", "dcp")
 
 
 def check_op(owner: str, op) -> str | None:
-    """``op`` if it is None, ``"ddp_bucket"`` or a traced torch.distributed collective; a FaultError otherwise."""
-    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET):
+    """``op`` if it is None, ``"ddp_bucket"``, a library's (:data:`LIBRARY_OPS`) or a traced torch.distributed
+    collective; a FaultError otherwise."""
+    if op is not None and op not in (*COLLECTIVE_OPS, DDP_BUCKET, *LIBRARY_OPS):
         raise FaultError(
-            f"{owner}: op must be None, {DDP_BUCKET!r} or a torch.distributed collective "
-            f"({', '.join(COLLECTIVE_OPS)}), got {op!r}"
+            f"{owner}: op must be None, {DDP_BUCKET!r}, one of {', '.join(map(repr, LIBRARY_OPS))} or a "
+            f"torch.distributed collective ({', '.join(COLLECTIVE_OPS)}), got {op!r}"
         )
     return op
 
 
-def op_matches(mine: str | None, op: str) -> bool:
-    """True if a fault of op ``mine`` acts on collective ``op`` (None: any torch.distributed call, never a bucket)."""
-    return op == mine or (mine is None and op != DDP_BUCKET)
+def op_matches(mine: str | None, op: str, maker: str = "user") -> bool:
+    """True if a fault of op ``mine`` acts on collective ``op`` made by ``maker`` (a key of
+    :data:`ddpfaults.events.MAKERS`): its name or its maker's (``"fsdp_all_gather"``); None: any torch.distributed
+    call (whoever made it), never a DDP bucket."""
+    if mine is None:
+        return op != DDP_BUCKET
+    return op == mine or (mine in LIBRARY_OPS and maker == mine)
 
 
 def ops_overlap(a: str | None, b: str | None) -> bool:
-    """True if faults of ops ``a`` and ``b`` can act on one collective (equal, or None and a torch.distributed op)."""
+    """True if faults of ops ``a`` and ``b`` can act on one collective: equal; None and anything but a DDP bucket;
+    a library's op and a torch.distributed op (the library makes such calls)."""
+    if a == b:
+        return True
     ops = {a, b}
-    return len(ops) == 1 or (None in ops and DDP_BUCKET not in ops)
+    if DDP_BUCKET in ops:
+        return False
+    return None in ops or len(ops & set(LIBRARY_OPS)) == 1
 
 
 class CollectiveFault(Fault):
     """A fault acting on the first collective ``op`` of ``rank`` at ``step`` (``op``: a torch.distributed
-    function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, or None for any torch.distributed call).
+    function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, ``"fsdp_all_gather"``,
+    ``"fsdp_reduce_scatter"`` or ``"dcp"`` for a collective FSDP2 or Distributed Checkpoint makes, or None for any
+    torch.distributed call).
     """
 
     def __init__(self, *, rank, step, op: str | None = None):
@@ -190,9 +253,10 @@ class CollectiveFault(Fault):
         _require_step(self)
         self.op = check_op(type(self).__name__, op)
 
-    def matches(self, op: str) -> bool:
-        """True if this fault acts on a collective ``op`` (its op; any torch.distributed call without one)."""
-        return op_matches(self.op, op)
+    def matches(self, op: str, maker: str = "user") -> bool:
+        """True if this fault acts on a collective ``op`` made by ``maker`` (its op or its maker's; any
+        torch.distributed call without one)."""
+        return op_matches(self.op, op, maker)
 
     def acts_on_ddp_buckets(self, rank: int) -> bool:
         """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
@@ -210,12 +274,14 @@ class SkippedCollective(CollectiveFault):
 
     ``op`` is a torch.distributed function name (``"all_reduce"``, ``"barrier"``, ...) or ``"ddp_bucket"``: the
     all_reduce of a DDP gradient bucket in ``backward`` (plain DDP or ``ctx.ddp``; the rank keeps its own
-    gradients for that bucket). Without ``op``, the first torch.distributed call is skipped, never a bucket.
+    gradients for that bucket), ``"fsdp_all_gather"`` / ``"fsdp_reduce_scatter"`` (an FSDP2 parameter all-gather
+    or gradient reduce-scatter: the rank goes on with its buffer unfilled) or ``"dcp"`` (a collective of
+    ``dcp.save``/``dcp.load``). Without ``op``, the first torch.distributed call is skipped, never a bucket.
     """
 
-    def skips_collective(self, ctx, op: str) -> bool:
+    def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
         """Skip once per (rank, step): the first matching collective."""
-        return self.matches(op) and ctx.once(self)
+        return self.matches(op, maker) and ctx.once(self)
 
     def unfired_hint(self, calls: list) -> str:
         """The collectives its step had, when none was one it skips: DDP's buckets only (``op='ddp_bucket'`` skips

@@ -20,7 +20,7 @@ import os
 import pickle
 import re
 
-from ddpfaults.events import MAKERS
+from ddpfaults.events import MAKER_FRAMES, MAKERS
 from ddpfaults.judge.results import Collective
 
 #: path pieces of frames that are machinery, never the call site a report should name
@@ -31,18 +31,8 @@ MACHINERY = (
     f"{os.sep}ddpfaults{os.sep}torchrun{os.sep}",
     f"{os.sep}multiprocessing{os.sep}",
 )
-#: (path piece, frame function, maker): who made a collective when such a frame is on its stack (None: any path or
-#: any function), first match wins: FSDP2 runs inside forward and backward too, so it is tried before DDP
-_MAKERS = (
-    (f"{os.sep}fsdp{os.sep}", "foreach_all_gather", "fsdp_all_gather"),
-    (f"{os.sep}fsdp{os.sep}", "foreach_reduce", "fsdp_reduce_scatter"),
-    (f"{os.sep}distributed{os.sep}tensor{os.sep}", "redistribute_local_tensor", "dtensor"),
-    (f"{os.sep}distributed{os.sep}checkpoint{os.sep}", None, "dcp"),
-    (f"{os.sep}nn{os.sep}parallel{os.sep}distributed.py", "_pre_forward", "ddp_forward"),
-    (None, "_engine_run_backward", "ddp_bucket"),
-    (None, "_sync_module_states", "ddp_construction"),
-    (None, "_verify_param_shape_across_processes", "ddp_construction"),
-)
+#: :data:`ddpfaults.events.MAKER_FRAMES` with this system's path separator
+_MAKERS = tuple((piece.replace("/", os.sep) if piece else piece, name, maker) for piece, name, maker in MAKER_FRAMES)
 #: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch and the
 #: tracing wrappers is here
 _OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")

@@ -122,9 +122,10 @@ def root_cause(
     """Name the rank at fault and what it did (None when the evidence does not show one).
 
     Order: the earliest failure that is not collateral (where gloo aborted a receiver on a mismatch: the ranks
-    that diverged, if the divergence or ``deviation`` shows them); else (at the start-up limit) the ranks that
-    never joined the process group; else (at the timeout) the ranks still running outside any collective; else
-    the odd ranks of the first divergent collective; else the ranks the evidence singles out
+    that diverged, if the divergence or ``deviation`` shows them; where the ranks raised one exception that names
+    the ranks that failed, a DCP ``CheckpointException``: the first it names); else (at the start-up limit) the
+    ranks that never joined the process group; else (at the timeout) the ranks still running outside any
+    collective; else the odd ranks of the first divergent collective; else the ranks the evidence singles out
     (``deviation``: :func:`ddpfaults.judge.attribution.culprits`); else the earliest collateral failure; else
     where the ranks stood.
     """
@@ -139,7 +140,15 @@ def root_cause(
         def how(r):
             return (r.state, re.sub(r"\d+", "#", r.error or ""), r.last_step)
 
-        first = min((r for r in primary if how(r) == how(primary[0])), key=lambda r: r.rank)
+        together = [r for r in primary if how(r) == how(primary[0])]
+        first = min(together, key=lambda r: r.rank)
+        named = named_ranks(first)
+        culprit = next((r for r in failed if named and r.rank == named[0]), None)
+        if culprit is not None and all(named_ranks(r) == named for r in together):
+            return culprit.rank, (
+                f"{_failure_text(culprit)}; the exception {format_ranks([r.rank for r in together])} raised names "
+                f"{format_ranks(named)} as failed"
+            )
         if gloo_aborted(first):  # gloo aborts the *receiver*; the rank at fault is the one that diverged
             aborted = f"gloo detected the collective mismatch and rank {first.rank} {first.error}"
             if divergence is not None and divergence.odd_ranks:
@@ -194,6 +203,12 @@ def root_cause(
 #: what gloo prints when it aborts a receiver whose size check failed: its enforce (every torch), the message newer
 #: torch adds to it, and gloo's own hint where it gives one ("Is there a distributed collective mismatch...?")
 GLOO_SIZE_CHECK = ("op.preamble.length <= op.nbytes", "Received data size doesn't match expected size", "mismatch")
+
+
+def named_ranks(rank: RankResult) -> list:
+    """The ranks the exception ``rank`` raised names as the ones that failed (its ``failed`` event's ``names``: a DCP
+    ``CheckpointException``, which every rank raises alike); [] for any other."""
+    return next((e.get("names") or [] for e in rank.events if e.get("k") == "failed"), [])
 
 
 def gloo_aborted(rank: RankResult) -> bool:

@@ -13,7 +13,6 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults import events
-from ddpfaults.faults import Fault
 from ddpfaults.faults.step import DDP_BUCKET
 from ddpfaults.rank import effects, torch_private
 from ddpfaults.spec import RunSpec
@@ -147,7 +146,7 @@ class RankContext:
         for fault in active:
             effects.arm(self, fault)
         for fault in active:
-            if type(fault).on_step is not Fault.on_step:
+            if fault.acts_on_step:
                 self.record_fired(fault, "on_step", effect="on_step", signal=fault.kills_with)
                 fault.on_step(self)
 
@@ -328,9 +327,10 @@ def skipped_bucket(ctx: RankContext, bucket) -> torch.futures.Future | None:
     return None
 
 
-def entering(ctx: RankContext, op: str) -> None:
-    """The rank enters collective ``op`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that act there."""
+def entering(ctx: RankContext, op: str, maker: str = "user") -> None:
+    """The rank enters collective ``op`` made by ``maker`` (``"ddp_bucket"``: a DDP gradient bucket): the faults that
+    act there."""
     for fault in ctx._active():
-        done = effects.before_collective(ctx, fault, op)
+        done = effects.before_collective(ctx, fault, op, maker)
         if done is not None:
             ctx.record_fired(fault, done, effect="at_collective")

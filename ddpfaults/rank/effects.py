@@ -7,6 +7,9 @@ looks the effect up here).
 - the checkpoint faults (``TornCheckpointWrite``, ``WriterKilledMidSave``): ``torch.save``/``torch.load`` are
   intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
   collectives it enters, so the writer stops holding for a reader blocked there;
+- the DCP faults (``TornDcpWrite``, ``CheckpointNotVisible``, ``AsyncSaveKilled``): ``os.fsync``, ``os.rename``,
+  ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` are wrapped when their step starts
+  (:mod:`ddpfaults.rank.dcp`);
 - ``DroppedLink``: the rank's gloo connections are shut down as it enters the collective
   (:mod:`ddpfaults.rank.links`), and it raises :class:`~ddpfaults.faults.LinkDropped` there;
 - ``Preempt``: the rank gets its notice when its step starts, and SIGKILL after the grace period if its job still
@@ -24,8 +27,9 @@ from dataclasses import dataclass
 
 from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, Preempt, TornCheckpointWrite
 from ddpfaults.faults.checkpoint import _CheckpointFault
+from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.faults.memory import MARGIN
-from ddpfaults.rank import checkpoint, links, memory, preempt
+from ddpfaults.rank import checkpoint, dcp, links, memory, preempt
 
 
 @dataclass(frozen=True)
@@ -57,15 +61,21 @@ def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:
     checkpoint.install()
 
 
-def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str) -> bool:
+def _intercept_dcp(ctx, fault) -> None:
+    """Route this process's fsyncs, existence checks and ``dcp.async_save`` through the DCP faults (idempotent). Not
+    an effect yet: the fault fires when it tears, hides or kills."""
+    dcp.install()
+
+
+def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str = "user") -> bool:
     """A reader entering a collective at a torn step tells the writer (which stops holding); it skips nothing."""
     checkpoint.note_collective(ctx, fault.writer)
     return False
 
 
-def _drop_links(ctx, fault: DroppedLink, op: str) -> str | None:
+def _drop_links(ctx, fault: DroppedLink, op: str, maker: str = "user") -> str | None:
     """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
-    if not (fault.matches(op) and ctx.once(fault)):
+    if not (fault.matches(op, maker) and ctx.once(fault)):
         return None
     dropped = links.drop_all()
     if not dropped:
@@ -83,6 +93,9 @@ EFFECTS = {
     TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
     DroppedLink: Effect(before_collective=_drop_links),
     Preempt: Effect(arm=preempt.deliver),
+    TornDcpWrite: Effect(arm=_intercept_dcp),
+    CheckpointNotVisible: Effect(arm=_intercept_dcp),
+    AsyncSaveKilled: Effect(arm=_intercept_dcp),
 }
 
 
@@ -96,16 +109,17 @@ def arm(ctx, fault) -> None:
     hook(ctx, fault) if hook is not None else fault.arm(ctx)
 
 
-def skips_collective(ctx, fault, op: str) -> bool:
-    """True if ``fault`` makes ``ctx``'s rank skip collective ``op`` (where it applies)."""
+def skips_collective(ctx, fault, op: str, maker: str = "user") -> bool:
+    """True if ``fault`` makes ``ctx``'s rank skip collective ``op`` made by ``maker`` (where it applies)."""
     hook = _effect(fault).skips_collective
-    return hook(ctx, fault, op) if hook is not None else fault.skips_collective(ctx, op)
+    return hook(ctx, fault, op, maker) if hook is not None else fault.skips_collective(ctx, op, maker)
 
 
-def before_collective(ctx, fault, op: str) -> str | None:
-    """What ``fault`` did as ``ctx``'s rank entered collective ``op`` (where it applies, unless skipped); None."""
+def before_collective(ctx, fault, op: str, maker: str = "user") -> str | None:
+    """What ``fault`` did as ``ctx``'s rank entered collective ``op`` made by ``maker`` (where it applies, unless
+    skipped); None."""
     hook = _effect(fault).before_collective
-    return hook(ctx, fault, op) if hook is not None else fault.before_collective(ctx, op)
+    return hook(ctx, fault, op, maker) if hook is not None else fault.before_collective(ctx, op, maker)
 
 
 def step_starts() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, effects, resume, running, wrapped
+from ddpfaults.rank import context, dcp, effects, resume, running, wrapped
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -93,12 +93,14 @@ def run_job(
             return result
         result.update(error=error_text(exc), traceback=traceback.format_exc(), site=error_site(exc))
         publish(result)
+        named = dcp.failing_ranks(exc)
         ctx._events.emit(
             "failed",
             error=result["error"],
             site=result["site"],
             step=ctx.current_step,
             pg_seq=context.default_group_seq(),
+            **({"names": named} if named else {}),
         )
         sys.stderr.write(result["traceback"])
         sys.stderr.flush()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 import threading
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from ddpfaults import events
 from ddpfaults.faults.step import COLLECTIVE_OPS
 from ddpfaults.rank import effects, running
 from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
@@ -67,24 +70,54 @@ def _call_facts(original, args, kwargs) -> dict:
     return facts
 
 
+#: the rows of :data:`ddpfaults.events.MAKER_FRAMES` naming a library whose collectives are Python calls the tracing
+#: sees (DDP's buckets, broadcasts and construction checks are made in C++, and reach it only through ctx.ddp's hook)
+_LIBRARY_FRAMES = tuple(
+    (piece.replace("/", os.sep) if piece else piece, name, maker)
+    for piece, name, maker in events.MAKER_FRAMES
+    if not maker.startswith("ddp")
+)
+
+
+def _maker(frame) -> str:
+    """Who made the collective being called from ``frame`` (the first row of :data:`_LIBRARY_FRAMES` any frame of its
+    stack matches), else ``"user"``."""
+    stack = []
+    while frame is not None:
+        stack.append((frame.f_code.co_filename, frame.f_code.co_name))
+        frame = frame.f_back
+    for piece, name, maker in _LIBRARY_FRAMES:
+        if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in stack):
+            return maker
+    return "user"
+
+
 def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", skippable: bool):
     ctx = running.current()
     if ctx is None or getattr(_local, "inside", False):
         return original(*args, **kwargs)
+    maker = "user"
     if skippable:
+        maker = _maker(sys._getframe(2))
         for fault in ctx._active():
-            if effects.skips_collective(ctx, fault, op):
-                ctx.record_fired(fault, f"skipped {op}", effect="skipped")
+            if effects.skips_collective(ctx, fault, op, maker):
+                ctx.record_fired(fault, f"skipped {op}{_by(maker)}", effect="skipped")
                 return None
-        entering(ctx, op)
+        entering(ctx, op, maker)
     facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
-    seq = ctx._enter(op, shapes, call_site(), note=note, **facts)
+    note = note or events.MAKERS[maker]
+    seq = ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts)
     _local.inside = True
     try:
         return original(*args, **kwargs)
     finally:
         _local.inside = False
         ctx._exit(seq)
+
+
+def _by(maker: str) -> str:
+    """`` (FSDP all-gather)`` for a call a library made, ``""`` for the user's."""
+    return f" ({events.MAKERS[maker]})" if maker != "user" else ""
 
 
 def _trace_collective(op: str, original):

@@ -132,7 +132,8 @@ def test_invalid_values_raise_fault_error(make):
 
 def test_fault_error_message_names_the_fault_and_the_argument():
     with pytest.raises(
-        FaultError, match=r"SkippedCollective: op must be None, 'ddp_bucket' or .*all_reduce.*'allreduce'"
+        FaultError,
+        match=r"SkippedCollective: op must be None, 'ddp_bucket', one of 'fsdp_all_gather', .*all_reduce.*'allreduce'",
     ):
         SkippedCollective(rank=0, step=0, op="allreduce")
     with pytest.raises(FaultError, match=r"RankCrash: rank .*-1"):

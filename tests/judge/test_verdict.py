@@ -595,6 +595,23 @@ def test_ranks_raising_the_same_error_at_the_same_step_name_the_lowest_rank():
     assert root_cause(ranks, None, "ended")[0] == 0
 
 
+def test_ranks_raising_one_checkpoint_exception_name_the_rank_it_names_not_the_first_to_raise():
+    error = "CheckpointException: CheckpointException ranks:dict_keys([2])"
+
+    def raised(r, names):
+        failed = {"k": "failed", "t": 1.0, "error": error, "step": 3, **({"names": names} if names else {})}
+        return dataclasses.replace(
+            rank(r, RankState.RAISED, error=error, last_step=3, failed_at=1.0 + r * 0.1), events=[failed]
+        )
+
+    ranks = [raised(r, [2]) for r in range(4)]
+    culprit, text = root_cause(ranks, None, "ended")
+    assert culprit == 2 and text.startswith("rank 2 raised CheckpointException"), text
+    assert text.endswith("the exception ranks 0-3 raised names rank 2 as failed"), text
+    unnamed = [raised(r, None) for r in range(4)]  # without the names (another exception): the lowest, as before
+    assert root_cause(unnamed, None, "ended")[0] == 0
+
+
 # -- faults that never fired ------------------------------------------------------------------------
 
 

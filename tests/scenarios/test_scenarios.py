@@ -13,8 +13,10 @@ from ddpfaults.scenario import builtin_dir, discover
 from ddpfaults.spec import RunSpec
 
 CASES = discover()
+#: the scenario modules whose worlds shard with FSDP2 and checkpoint with DCP (no DDP in them)
+SHARDED = ("scenario_fsdp", "scenario_dcp")
 #: the cases whose rank function builds DDP through ctx.ddp (script cases build plain DDP themselves)
-FUNCTION_CASES = [case for case in CASES if case.scenario.script is None]
+FUNCTION_CASES = [c for c in CASES if c.scenario.script is None and c.scenario.fn.__module__ not in SHARDED]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 #: where the faults must have fired, beyond "at least once" (which every Expect already checks)
@@ -51,6 +53,14 @@ FIRED = {
     "oom[fixed]": ["OutOfMemory(rank=1, step=1) fired on rank 1 at step 1 (limited the address space to"],
     "link[slow_bucket]": ["fired on rank 1 at step 1 (held ddp_bucket back 0.5 s)"],
     "link[dropped_allreduce]": ["fired on rank 1 at step 1 (shut down its 2 gloo connection(s) entering all_reduce)"],
+    "fsdp_empty_batch[naive]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "fsdp_empty_batch[fixed]": ["EmptyBatch(rank=1, step=1) fired on rank 1 at step 1"],
+    "dcp_exists_check[naive]": ["fired on rank 1 at step 2 (hid checkpoint dcp-ckpt from the rank)"],
+    "dcp_exists_check[fixed]": ["fired on rank 1 at step 2 (hid checkpoint dcp-ckpt from the rank)"],
+    "dcp_torn[naive]": ["TornDcpWrite(writer=1, step=1) fired on rank 1 at step 1 (tore __1_0.distcp to"],
+    "dcp_torn[fixed]": ["TornDcpWrite(writer=1, step=1) fired on rank 1 at step 1 (tore __1_0.distcp to"],
+    "dcp_torn[metadata_naive]": ["fired on rank 0 at step 1 (tore .metadata.tmp to"],
+    "dcp_async_save[naive]": ["fired on rank 1 at step 1 (SIGKILLed the writer as dcp.async_save returned"],
 }
 
 
@@ -61,8 +71,10 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_bad_loss.py",
         "scenario_checkpoint.py",
         "scenario_checkpoint_dir.py",
+        "scenario_dcp.py",
         "scenario_device.py",
         "scenario_empty_batch.py",
+        "scenario_fsdp.py",
         "scenario_grad_accumulation.py",
         "scenario_link.py",
         "scenario_metrics.py",

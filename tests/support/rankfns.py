@@ -367,3 +367,18 @@ def _join_late(fail, late, delay, steps):
     if rank == late:
         time.sleep(delay)
     return steps
+
+
+def checkpoint_views(ctx, root):
+    """Rank 0 writes a DCP-looking checkpoint (a directory holding ``.metadata``) under ``root`` at step 0; at step 1
+    every rank says what it sees of it: exists, isdir, the ``.metadata`` isfile, and ``os.listdir(root)``."""
+    checkpoint = os.path.join(root, "ckpt")
+    ctx.step(0)
+    if ctx.rank == 0:
+        os.makedirs(checkpoint)
+        with open(os.path.join(checkpoint, ".metadata"), "w") as f:
+            f.write("metadata")
+    dist.barrier()
+    ctx.step(1)
+    metadata = os.path.join(checkpoint, ".metadata")
+    return [os.path.exists(checkpoint), os.path.isdir(checkpoint), os.path.isfile(metadata), os.listdir(root)]
