@@ -24,7 +24,6 @@ import functools
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
-import torch.distributed.fsdp as fsdp
 import torch.utils.data.dataloader as dataloader
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
@@ -47,6 +46,8 @@ def install() -> None:
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _next_batch(iterator.__next__)
     DistributedDataParallel.__init__ = _construct_ddp(DistributedDataParallel.__init__)
+    import torch.distributed.fsdp as fsdp  # here, not at import: the launcher imports this module too (0.6 s)
+
     fsdp.FullyShardedDataParallel.__init__ = _construct_fsdp(fsdp.FullyShardedDataParallel.__init__)
     fsdp.fully_shard = _fully_shard(fsdp.fully_shard)
     register_optimizer_step_post_hook(_optimizer_stepped)
@@ -155,7 +156,9 @@ def _construct_fsdp(original):
     def __init__(self, module, *args, **kwargs):
         original(self, module, *args, **kwargs)
         if running.current() is not None:
-            no_shard = getattr(self, "sharding_strategy", None) == fsdp.ShardingStrategy.NO_SHARD
+            from torch.distributed.fsdp import ShardingStrategy
+
+            no_shard = getattr(self, "sharding_strategy", None) == ShardingStrategy.NO_SHARD
             wrapped.register(self.module, wrapped.FSDP, sharded=not no_shard)
 
     return __init__
