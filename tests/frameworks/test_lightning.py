@@ -40,6 +40,8 @@ from ddpfaults.faults import EmptyBatch
 if importlib.util.find_spec("lightning") is None:  # optional: the rank processes import it, this module does not
     pytest.skip("lightning is not installed", allow_module_level=True)  # (importing it costs every worker ~2 s)
 
+pytestmark = pytest.mark.slow  # a third-party trainer's worlds: run apart (pyproject.toml)
+
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "support", "scripts", "lightning_train.py")
 LIGHTNING_REFUSES = "RuntimeError: Skipping the `training_step` by returning None in distributed training"

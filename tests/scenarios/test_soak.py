@@ -251,6 +251,7 @@ def _gone(pids) -> list[int]:
     return alive(pids)
 
 
+@pytest.mark.slow
 def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(tmp_path):
     with open(tmp_path / "out.txt", "wb") as out:
         proc = _soak("--rounds", "2", "--hogs", "1", TINY, "--json", str(tmp_path / "soak.json"), out=out)
@@ -294,6 +295,7 @@ def test_soak_two_rounds_under_a_hog_counts_verdicts_and_leaves_nothing_behind(t
     assert (crash["root_rank"], crash["first_divergence"]) == ({"matched": 2, "runs": 2, "rate": 1.0}, None)
 
 
+@pytest.mark.slow
 def test_a_soak_stopped_mid_round_by_ctrl_c_prints_its_counts_and_leaves_nothing(tmp_path):
     """Ctrl-C after the first round, while a world runs: the counts so far, exit 130, and no hog, rank or fork
     server left. (SIGTERM and SIGKILL: the hogs' part is the next test; a launcher's ranks dying on either is

@@ -19,6 +19,8 @@ from ddpfaults.spec import RunSpec
 from ddpfaults.torchrun.worker import load_case
 from ddpfaults.torchrun.worker import main as worker_main
 
+pytestmark = pytest.mark.slow  # torchrun's own processes: run apart (pyproject.toml)
+
 SCENARIO = textwrap.dedent('''
     """All-reduce steps that complete, hang or crash; rank 0 killed; rank 0 raising where completion is expected."""
     import os
