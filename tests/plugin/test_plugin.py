@@ -413,6 +413,7 @@ def pytest_runtest_logreport(report):
 """
 
 
+@pytest.mark.slow  # waits out its deadlines by design
 def test_world_deadline_and_each_pytest_timeout_method_leave_no_rank_behind(user):
     """One session, three tests, each with a fork server started first by a fixture (how long a cold first start
     takes is not what they measure) and a 2-rank world running when its timer fires:
@@ -530,6 +531,7 @@ def test_trains_past_its_deadline(fork_server, ddp_world):
 """
 
 
+@pytest.mark.slow  # waits out its deadlines by design
 def test_a_world_timed_out_fails_its_test_saying_what_to_raise_and_junit_records_the_verdict(pytester, monkeypatch):
     user = isolate(pytester, monkeypatch, timedfns_user=TRAINS_FOR, test_timed_out_user=TIMED_OUT_TEST)
     result, document = run(user, "test_timed_out_user.py", "--junitxml=junit.xml")
