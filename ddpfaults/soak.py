@@ -364,10 +364,10 @@ def main(args) -> int:
     rounds = ROUNDS.from_text(str(args.rounds), "--rounds")
     hogs = HOGS.from_text(str(args.hogs), "--hogs")
     json_path = _json_path(args.json)
+    options = RunSpec(seed=PARAM["seed"].from_text(str(args.seed), "--seed"))  # before the scenarios import torch
     cases = discover(args.paths or None)
     if not cases:
         raise DDPFaultsError(f"no scenarios found in {' '.join(args.paths) or 'the built-ins'}")
-    options = RunSpec(seed=PARAM["seed"].from_text(str(args.seed), "--seed"))
     for case in cases:
         case.resolve(options)  # a case invalid for its world: the ScenarioError now, before any hog or world
     started, runs, done, interrupted, last = time.monotonic(), [], 0, False, {}
