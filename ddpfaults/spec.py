@@ -127,6 +127,20 @@ def setting(default, kind: str, check, parse, error=errors.ConfigError, *, help:
     return dataclasses.field(default=default, metadata={"param": param})
 
 
+def seconds_setting(default: float, *, help: str, places=()):
+    """A :func:`setting` of seconds: a positive number, refused with :class:`~ddpfaults.errors.InvalidTimeout`."""
+    return setting(
+        default,
+        "a positive number of seconds",
+        _is_seconds,
+        float,
+        errors.InvalidTimeout,
+        help=help,
+        metavar="SECONDS",
+        places=places,
+    )
+
+
 def _int_at_least(low: int) -> Callable[[Any], bool]:
     return lambda value: _is_int(value) and value >= low
 
@@ -235,34 +249,19 @@ class RunSpec:
         metavar="N",
         places=(CLI, PYTEST, MARKER, SCENARIO),
     )
-    timeout: float = setting(
+    timeout: float = seconds_setting(
         60.0,
-        "a positive number of seconds",
-        _is_seconds,
-        float,
-        errors.InvalidTimeout,
         help="hard wall-clock cap of a world in seconds, start-up included",
-        metavar="SECONDS",
         places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
     )
-    stall: float = setting(
+    stall: float = seconds_setting(
         2.0,
-        "a positive number of seconds",
-        _is_seconds,
-        float,
-        errors.InvalidTimeout,
         help="seconds without progress, every live rank waiting, after which a world is judged hung",
-        metavar="SECONDS",
         places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
     )
-    startup: float = setting(
+    startup: float = seconds_setting(
         30.0,
-        "a positive number of seconds",
-        _is_seconds,
-        float,
-        errors.InvalidTimeout,
         help="limit in seconds on a world's start-up (every rank joining the process group), within the timeout",
-        metavar="SECONDS",
         places=(CLI, PYTEST, MARKER),
     )
     seed: int = setting(

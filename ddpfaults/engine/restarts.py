@@ -12,7 +12,6 @@ With ``check_resume`` the world also runs without faults first, and the two runs
 from __future__ import annotations
 
 import contextlib
-import shutil
 import tempfile
 from collections.abc import Callable
 
@@ -80,18 +79,12 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
     return last
 
 
-@contextlib.contextmanager
 def kept_dir(prefix: str, wanted: bool = True):
     """A directory that outlives each attempt of a world and goes with the world (a function world's shared
-    directory across restarts), or None when not ``wanted``."""
+    directory across restarts), or None when not ``wanted``: a context manager."""
     if not wanted:
-        yield None
-        return
-    path = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+        return contextlib.nullcontext()
+    return tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
 
 
 def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> WorldResult:

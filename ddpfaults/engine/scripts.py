@@ -15,7 +15,6 @@ import itertools
 import os
 import pickle
 import shlex
-import shutil
 import sys
 import tempfile
 from datetime import timedelta
@@ -121,11 +120,8 @@ def world_directory(cwd=None):
     if cwd is not None:
         yield cwd
         return
-    directory = FreshDirectory(tempfile.mkdtemp(prefix="ddpfaults-cwd-"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="ddpfaults-cwd-", ignore_cleanup_errors=True) as directory:
+        yield FreshDirectory(directory)
 
 
 def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:

@@ -17,13 +17,33 @@ from ddpfaults.events import MAKERS as MAKER_LABELS
 from ddpfaults.faults.base import Fault, _require_rank, _require_step
 
 
-class _RankEnder(Fault):
+class _OnOp(Fault):
+    """A fault that may name the collective it acts on, ``op`` (None: any; see :func:`check_op`)."""
+
+    op: str | None = None
+
+    def matches(self, op: str, maker: str = "user") -> bool:
+        """True if this fault acts on a collective ``op`` made by ``maker`` (its op or its maker's; any
+        torch.distributed call without one)."""
+        return op_matches(self.op, op, maker)
+
+    def acts_on_ddp_buckets(self, rank: int) -> bool:
+        """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
+        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
+
+    def _fields(self) -> dict:
+        fields = super()._fields()
+        if self.op is not None:
+            fields["op"] = repr(self.op)
+        return fields
+
+
+class _RankEnder(_OnOp):
     """A fault that ends its rank at its step: when the step starts, or with ``op`` as the rank enters its first
     collective ``op`` there (as for ``SkippedCollective``: ``"fsdp_reduce_scatter"``, ``"dcp"``, ``"all_reduce"``...;
     the rank dies inside the step, its peers already in or entering that collective)."""
 
     ends_rank = True
-    op: str | None = None
 
     @property
     def acts_on_step(self) -> bool:
@@ -40,22 +60,12 @@ class _RankEnder(Fault):
 
     def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
         """End the rank as it enters its first collective ``op`` of the step (recorded first: it does not return)."""
-        if self.op is None or not (op_matches(self.op, op, maker) and ctx.once(self)):
+        if self.op is None or not (self.matches(op, maker) and ctx.once(self)):
             return None
         made = f" ({MAKER_LABELS[maker]})" if maker != "user" else ""
         ctx.record_fired(self, f"entering {op}{made}", effect="at_collective", signal=self.kills_with)
         self.end(ctx)
         return None
-
-    def acts_on_ddp_buckets(self, rank: int) -> bool:
-        """An ``op="ddp_bucket"`` ender needs DDP's comm hook on its ranks."""
-        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
-
-    def _fields(self) -> dict:
-        fields = super()._fields()
-        if self.op is not None:
-            fields["op"] = repr(self.op)
-        return fields
 
 
 class RankCrash(_RankEnder):
@@ -240,7 +250,7 @@ def ops_overlap(a: str | None, b: str | None) -> bool:
     return None in ops or len(ops & set(LIBRARY_OPS)) == 1
 
 
-class CollectiveFault(Fault):
+class CollectiveFault(_OnOp):
     """A fault acting on the first collective ``op`` of ``rank`` at ``step`` (``op``: a torch.distributed
     function name, ``"ddp_bucket"`` for a DDP gradient bucket's all_reduce, ``"fsdp_all_gather"``,
     ``"fsdp_reduce_scatter"`` or ``"dcp"`` for a collective FSDP2 or Distributed Checkpoint makes, or None for any
@@ -252,21 +262,6 @@ class CollectiveFault(Fault):
         _require_rank(self)
         _require_step(self)
         self.op = check_op(type(self).__name__, op)
-
-    def matches(self, op: str, maker: str = "user") -> bool:
-        """True if this fault acts on a collective ``op`` made by ``maker`` (its op or its maker's; any
-        torch.distributed call without one)."""
-        return op_matches(self.op, op, maker)
-
-    def acts_on_ddp_buckets(self, rank: int) -> bool:
-        """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
-        return self.op == DDP_BUCKET and (self.ranks is None or rank in self.ranks)
-
-    def _fields(self) -> dict:
-        fields = super()._fields()
-        if self.op is not None:
-            fields["op"] = repr(self.op)
-        return fields
 
 
 class SkippedCollective(CollectiveFault):
