@@ -79,7 +79,12 @@ def _maker(entry: dict) -> str:
     """Who made the entry's collective (a key of :data:`ddpfaults.events.MAKERS`), from the frames of its stack
     (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch and the
     tracing wrappers every traced call passes through is its own machinery, else the user's code."""
-    frames = [(frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []]
+    return _maker_of(tuple((frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []))
+
+
+@functools.lru_cache(maxsize=256)
+def _maker_of(frames: tuple) -> str:
+    """:func:`_maker` of a stack's ``(filename, name)`` frames (a loop makes the same stack again and again)."""
     for piece, name, maker in _MAKERS:
         if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in frames):
             return maker
@@ -110,27 +115,29 @@ def _completed(entry: dict, last_completed: int) -> bool:
     return bool(entry.get("retired")) and bool(finished)
 
 
-def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float]) -> int | None:
+def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float], seqs: list[int] | None) -> int | None:
     """The step the rank was in when it made ``entry``: by the default group's sequence number where its step
-    events carry one (exact), else by time. The recorder stamps entries with torch's approximate clock, which can
-    place a collective made just after a step event before it (seen: rank 0's step-1 all_reduce read as step 0)."""
+    events carry one (``seqs``: theirs, exact), else by time. The recorder stamps entries with torch's approximate
+    clock, which can place a collective made just after a step event before it (seen: rank 0's step-1 all_reduce
+    read as step 0)."""
     seq = entry.get("collective_seq_id")
     group = entry.get("process_group") or ("0", "default_pg")
-    if seq is not None and str(group[0]) == "0" and steps and all(len(s) > 2 and s[2] is not None for s in steps):
-        at = bisect.bisect_left([s[2] for s in steps], int(seq)) - 1  # the last step begun before it was issued
+    if seq is not None and str(group[0]) == "0" and seqs:
+        at = bisect.bisect_left(seqs, int(seq)) - 1  # the last step begun before it was issued
     else:
         at = bisect.bisect_right(times, created) - 1
     return steps[at][1] if at >= 0 else None
 
 
-def _batch_of(entry: dict, batches: list[tuple]) -> int | None:
+def _batch_of(entry: dict, batches: list[tuple], seqs: list[int] | None) -> int | None:
     """The rank's last DataLoader batch drawn before it made ``entry``, by the default group's sequence number
-    (None: no batch drawn before it, or the batch events carry no sequence numbers, or another group made it)."""
+    (``seqs``: the batch events', None when any carries none; None: no batch drawn before it, or no sequence
+    numbers, or another group made it)."""
     seq = entry.get("collective_seq_id")
     group = entry.get("process_group") or ("0", "default_pg")
-    if seq is None or str(group[0]) != "0" or not batches or any(b[1] is None for b in batches):
+    if seq is None or str(group[0]) != "0" or not seqs:
         return None
-    at = bisect.bisect_left([b[1] for b in batches], int(seq)) - 1
+    at = bisect.bisect_left(seqs, int(seq)) - 1
     return batches[at][0] if at >= 0 else None
 
 
@@ -152,6 +159,8 @@ def collectives(
         entries = [e for e in entries if e.get("time_created_ns", 0) >= since_wall * 1e9]
     status = dump.get("pg_status") or {}
     times = [s[0] for s in steps]
+    step_seqs = [s[2] for s in steps] if all(len(s) > 2 and s[2] is not None for s in steps) else None
+    batch_seqs = [b[1] for b in batches] if all(b[1] is not None for b in batches) else None
     found = []
     for i, entry in enumerate(entries, 1):
         created = entry.get("time_created_ns", 0) / 1e9
@@ -163,14 +172,14 @@ def collectives(
                 op=str(entry.get("profiling_name", "?")).split(":", 1)[-1],
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
                 site=_site(entry.get("frames") or []),
-                step=_step_of(entry, created, steps, times),
+                step=_step_of(entry, created, steps, times, step_seqs),
                 note=_note(maker := _maker(entry), group := _group(entry)),
                 maker=maker,
                 group=group,
                 done=_completed(entry, completed),
                 wall=created,
                 wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,
-                batch=_batch_of(entry, batches),
+                batch=_batch_of(entry, batches, batch_seqs),
             )
         )
     return found

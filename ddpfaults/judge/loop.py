@@ -398,9 +398,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     divergence = attribute(_divergence(ranks, recorded), done, fired)
-    decision = decide(
-        ranks, divergence, reason, deadline=spec.timeout, stall=spec.stall, deviation=culprits(done, fired)
-    )
+    finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
+    deviation = None if finished else culprits(done, fired)
+    decision = decide(ranks, divergence, reason, deadline=spec.timeout, stall=spec.stall, deviation=deviation)
     for rank in ranks:
         rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
