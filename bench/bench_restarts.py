@@ -65,6 +65,12 @@ def main() -> None:
     print(f"the killed world with the resume check (both runs): median {check:.3f} s over {args.repeat}")
     print(f"restarted / fault-free: {cost / base:.2f}x (bound: 1.5x); the restart's own cost: {cost - base:.3f} s")
     print(f"resume check / (fault-free + restarted): {check / (base + cost):.2f}x (bound: 1x)")
+    restarts = sorted(k / f for f, k in zip(free, killed, strict=True))
+    checks = sorted(c / (f + k) for f, k, c in zip(free, killed, checked, strict=True))
+    print(
+        f"per repeat (same round): restarted / fault-free {restarts[0]:.2f}-{restarts[-1]:.2f}x; "
+        f"resume check / the two runs {checks[0]:.2f}-{checks[-1]:.2f}x"
+    )
 
 
 if __name__ == "__main__":
