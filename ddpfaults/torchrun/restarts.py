@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from ddpfaults.engine import restarts
-from ddpfaults.errors import ConfigError
+from ddpfaults.errors import ConfigError, FaultError
 from ddpfaults.judge.results import Outcome, WorldResult
 
 RESTART = 4  # the verdict key's value for "this attempt ends in a restart"
@@ -38,14 +38,17 @@ def check_restarts(case, spec, faults, env, local_command: str):
         raise ConfigError(
             f"the case asks for the resume check (check_resume, or an Expect naming a resume finding), which "
             f"compares the restarted run with an uninterrupted one that torchrun cannot start beside it: run it "
-            f"with `{local_command}` instead"
+            f"with ddpfaults' own launcher instead: {local_command}"
         )
     if env.max_restarts and not env.agent_store:
         raise ConfigError(
             f"torchrun --max-restarts {env.max_restarts} needs torchrun's agent store, which keeps the attempts' "
             f"results across restarts: unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
         )
-    restarts.check_attempts(faults, env.max_restarts)
+    try:
+        restarts.check_attempts(faults, env.max_restarts)
+    except FaultError as exc:
+        raise FaultError(f"{exc} (here max_restarts is torchrun's --max-restarts)") from None
     return spec.replace(max_restarts=env.max_restarts)
 
 
