@@ -101,9 +101,11 @@ def use_store(store) -> None:
 def _with_attempt_store(original, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``init_process_group``'s arguments with the attempt's store when the call initialises from torchrun's
     environment (no store, ``env://`` or no init_method); other calls as they are."""
+    if _attempt_store is None:
+        return args, kwargs
     bound = inspect.signature(original).bind_partial(*args, **kwargs)
     given = bound.arguments
-    if _attempt_store is None or given.get("store") is not None or given.get("init_method") not in (None, "env://"):
+    if given.get("store") is not None or given.get("init_method") not in (None, "env://"):
         return args, kwargs
     given.pop("init_method", None)
     given["store"] = _attempt_store
