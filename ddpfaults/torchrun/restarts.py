@@ -57,6 +57,27 @@ def final_verdict(run_store) -> int | None:
     return int(run_store.get("final")) if run_store.check(["final"]) else None
 
 
+def ended_before(run_store, env) -> int | None:
+    """The exit code of the world if its verdict came before this attempt (torchrun restarts on any failed worker,
+    a mismatch's exit 1 too; rank 0 says so), else None: this attempt runs."""
+    final = final_verdict(run_store)
+    if final is not None and env.rank == 0:
+        print(
+            f"ddpfaults: the world's verdict came before attempt {env.restart} (exit {final}); torchrun restarts on "
+            "any failed worker: not run again",
+            flush=True,
+        )
+    return final
+
+
+def no_restart_follows(run_store, env) -> bool:
+    """True if no attempt follows this one (its files can go): the last one, or the world's verdict reached."""
+    try:
+        return env.restart >= env.max_restarts or final_verdict(run_store) is not None
+    except Exception:  # noqa: BLE001 - the store gone: so is torchrun's agent, no restart follows
+        return True
+
+
 def conclude(run_store, result: WorldResult, env, faults) -> WorldResult | None:
     """None if this attempt ends in a restart (its result kept in the store for the last attempt); else the world's
     result: with ``--max-restarts``, this attempt's merged with every earlier one's."""

@@ -388,14 +388,8 @@ def main(argv=None) -> int:
 
     faulthandler.enable(file=sys.stderr, all_threads=True)
     store, run_store, keep_ports = connect_store(env, plan.spec.timeout + 30.0)
-    final = restarts.final_verdict(run_store)
-    if final is not None:  # torchrun restarted a world whose last attempt had ended (it restarts on any failure)
-        if env.rank == 0:
-            print(
-                f"ddpfaults: the world's verdict came before attempt {env.restart} (exit {final}); torchrun restarts "
-                "on any failed worker: not run again",
-                flush=True,
-            )
+    final = restarts.ended_before(run_store, env)
+    if final is not None:
         return final
     if env.rank == 0:
         store.set("t0", repr(T_START))
@@ -415,11 +409,7 @@ def main(argv=None) -> int:
         """Remove the node's output dir on the way out, and its shared dir unless torchrun restarts the world (any
         rank: after the verdict none needs them)."""
         shutil.rmtree(output_dir, ignore_errors=True)
-        try:
-            last = env.restart >= env.max_restarts or restarts.final_verdict(ending) is not None
-        except Exception:  # noqa: BLE001 - the store gone: so is torchrun's agent, no restart follows
-            last = True
-        if last:
+        if restarts.no_restart_follows(ending, env):
             shutil.rmtree(shared_dir, ignore_errors=True)
 
     def start_judge():

@@ -298,6 +298,24 @@ def test_a_verdict_before_the_last_attempt_is_the_worlds(tmp_path, restarted):
     assert output.count("ddpfaults: the world's verdict came before attempt 1 (exit 1)") == 1
 
 
+def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
+    """A script case (tests/support/scripts/resume_loop.py, checkpointing into its working directory: torchrun's)
+    killed at step 3 and restarted: its own env:// init_process_group gets the attempt's store, not the dead
+    attempt's addresses (pytorch#135712), and it resumes from its checkpoint."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "resume_loop.py")
+    (tmp_path / "scenario_loop.py").write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import RankKilled\n\n"
+        f"loop = ddpfaults.script_scenario({script!r}, name='loop', max_restarts=1, stall=10.0, "
+        "faults=[RankKilled(rank=1, step=3)], expect='completed')\n"
+    )
+    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_loop.py'}::loop", restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert [(a["outcome"], a["root_rank"]) for a in world["attempts"]] == [("crashed", 1), ("completed", None)]
+    assert output.count("restart 1 port") == 2 and (tmp_path / "ckpt.pt").exists()
+    assert world["attempts"][1]["steps"] in ([3, 3], [2, 2])  # 3 optimizer steps left after the checkpoint, not 6
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
 def test_nccl_without_cuda_is_a_clear_error(scenario, monkeypatch, capsys):
     """The worker's own entry point (in this process: the error comes before any process group or thread; the
