@@ -9,7 +9,9 @@ piece of its abridged message). A row without a case, or a case without a row, f
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
 import re
 import signal
@@ -42,7 +44,7 @@ from ddpfaults.report.document import write_document
 from pluginruns import isolate
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
-WHERE = ("API", "declaration", "marker", "option", "CLI")
+WHERE = ("API", "declaration", "marker", "option", "CLI", "torchrun")
 
 
 # -- rank functions the cases name (module level: they could be pickled, but no world ever runs them) -------------
@@ -74,6 +76,19 @@ def touch(ctx):
 RAN = """
 def test_ran():
     open("ran", "w").close()
+"""
+TORCHRUN_CASES = """
+import ddpfaults
+from ddpfaults.faults import RankKilled
+
+
+@ddpfaults.scenario(world_size=2, variants=[
+    ddpfaults.variant("late_fault", faults=[RankKilled(rank=1, step=2, attempt=2)]),
+    ddpfaults.variant("resume_checked", check_resume=True, faults=[RankKilled(rank=1, step=2)]),
+    ddpfaults.variant("one_restart", max_restarts=1),
+])
+def train(ctx):
+    \"\"\"Never run: each variant is refused under torchrun.\"\"\"
 """
 SCRIPT = "support/scripts/plain_train.py"  # relative to this file, as a script scenario's script is
 
@@ -174,6 +189,35 @@ class Env:
         if proc.returncode == 2 and found and not proc.stdout:
             return Refusal(found.group(1), proc.stderr.strip(), started)
         return Refusal(None, proc.stdout + proc.stderr, started)
+
+    def torchrun(self, variant: str, max_restarts: int, **environ: str) -> Refusal:
+        """``torchrun --max-restarts N -m ddpfaults.launch scenario_tr.py::train[variant]``'s rank 0, in this process
+        with torchrun's environment (no torchrun: the refusal comes before the worker touches its store)."""
+        from ddpfaults.torchrun.worker import main as worker_main
+
+        (self.tmp / "scenario_tr.py").write_text(TORCHRUN_CASES)
+        torchrun_env = {
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": "29999",
+            "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            **environ,
+        }
+        for name, value in torchrun_env.items():
+            self.monkeypatch.setenv(name, value)
+        mask, stderr = signal.pthread_sigmask(signal.SIG_BLOCK, []), io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                code = worker_main([f"{self.tmp / 'scenario_tr.py'}::train[{variant}]"])
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # the worker blocks torchrun's signals first
+        found = re.match(r"ddpfaults: error: (\w+): ", stderr.getvalue())
+        if code == 2 and found:
+            return Refusal(found.group(1), stderr.getvalue().strip())
+        return Refusal(None, stderr.getvalue(), True)
 
     def report(self) -> str:
         """A valid report document (no worlds) to render."""
@@ -1128,6 +1172,35 @@ ROWS = [
         "ReportFileError",
         ("the trace", "afile/t.json", "afile is a file, not a directory"),
         lambda e: e.cli("trace", e.report(), "-o", str(e.path("afile")) + "/t.json"),
+    ),
+    # -- torchrun ... -m ddpfaults.launch ---------------------------------------------------------------------------
+    Row(
+        "torchrun-fault-attempt-beyond-restarts",
+        "torchrun",
+        "FaultError",
+        ("train[late_fault]", "attempt=2", "max_restarts=1 never reaches"),
+        lambda e: e.torchrun("late_fault", 1),
+    ),
+    Row(
+        "torchrun-max-restarts-disagree",
+        "torchrun",
+        "ConfigError",
+        ("train[one_restart]", "max_restarts=1", "--max-restarts 0"),
+        lambda e: e.torchrun("one_restart", 0),
+    ),
+    Row(
+        "torchrun-check-resume",
+        "torchrun",
+        "ConfigError",
+        ("train[resume_checked]", "resume check", "python -m ddpfaults matrix"),
+        lambda e: e.torchrun("resume_checked", 0),
+    ),
+    Row(
+        "torchrun-restarts-without-agent-store",
+        "torchrun",
+        "ConfigError",
+        ("train[one_restart]", "--max-restarts 1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"),
+        lambda e: e.torchrun("one_restart", 1, TORCHELASTIC_USE_AGENT_STORE="False"),
     ),
 ]
 

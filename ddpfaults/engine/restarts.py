@@ -64,14 +64,26 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
         return result
     results = []
     for attempt in range(max_restarts + 1):
-        result = start(attempt)
-        result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
-        results.append(result)
-        if result.outcome not in RESTARTED and result.preemption is None:
+        results.append(start(attempt))
+        if not restarted(results[-1]):
             break
+    return merge(results, plan)
+
+
+def restarted(result: WorldResult) -> bool:
+    """True if an attempt that ended with ``result`` is followed by a restart (while attempts remain)."""
+    return result.outcome in RESTARTED or result.preemption is not None
+
+
+def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
+    """The last of a restarted world's attempts (``results``, attempt 0 first), with every attempt in its
+    ``attempts`` (:func:`summary`), ``fired`` and ``unfired``: each attempt's unfired faults are those of its own
+    attempt; faults of attempts never run are unfired with no chance."""
+    for attempt, result in enumerate(results):
+        result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
     last = results[-1]
     last.attempts = [summary(r, k) for k, r in enumerate(results)]
-    last.resume_records = [r.resume_records for r in results]
+    last.resume_records = [getattr(r, "resume_records", None) for r in results]
     last.unfired = [u for r in results for u in r.unfired] + [
         UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
     ]

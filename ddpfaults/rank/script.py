@@ -11,6 +11,7 @@ complaint, typically); a script that ends without ever initialising a process gr
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import runpy
 import sys
@@ -87,6 +88,31 @@ class _StderrTail:
 
 
 _initialised = False  # the script's init_process_group returned in this process
+_attempt_store = None  # under a real torchrun: the store an env:// process group gets (see use_store)
+
+
+def use_store(store) -> None:
+    """Under a real torchrun: give the script's ``env://`` process group ``store`` (the attempt's own) instead of
+    torchrun's agent store, where a restarted worker reads the dead attempt's addresses (pytorch#135712)."""
+    global _attempt_store
+    _attempt_store = store
+
+
+def _with_attempt_store(original, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``init_process_group``'s arguments with the attempt's store when the call initialises from torchrun's
+    environment (no store, ``env://`` or no init_method); other calls as they are."""
+    if _attempt_store is None:
+        return args, kwargs
+    bound = inspect.signature(original).bind_partial(*args, **kwargs)
+    given = bound.arguments
+    if given.get("store") is not None or given.get("init_method") not in (None, "env://"):
+        return args, kwargs
+    given.pop("init_method", None)
+    given["store"] = _attempt_store
+    for name, variable in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
+        if given.get(name, -1) == -1:
+            given[name] = int(os.environ[variable])
+    return bound.args, bound.kwargs
 
 
 def _traced_init(original):
@@ -97,6 +123,7 @@ def _traced_init(original):
         if ctx is None:
             return original(*args, **kwargs)
         seq = ctx._enter("init_process_group", [], context.call_site())
+        args, kwargs = _with_attempt_store(original, args, kwargs)
         original(*args, **kwargs)
         ctx._exit(seq)
         _initialised = True

@@ -8,7 +8,8 @@ rank finished, failed or died; it is hung when nothing moved for ``stall`` secon
 rank waits on its peers; ``timeout`` is the hard cap. The store keys, under the run's prefix:
 
 - ``t0``: the world's start (rank 0's wall clock); ``judge``: the rank holding the judge's seat;
-  ``verdict``: ``0`` pending, then ``1`` matched the expectation, ``2`` did not, ``3`` the judge failed;
+  ``verdict``: ``0`` pending, then ``1`` matched the expectation, ``2`` did not, ``3`` the judge failed, ``4``
+  torchrun restarts the world (:mod:`ddpfaults.torchrun.restarts`, whose keys are the run's, not an attempt's);
 - ``hb/R``, ``cpu/R``: rank R's heartbeat counter and CPU time (microseconds), every :data:`TICK`;
 - ``evn/R``, ``ev/R/K``: how many event chunks rank R published, and chunk K (JSON lines);
 - ``res/R``: rank R's pickled result, set before its ``finished`` / ``failed`` event;

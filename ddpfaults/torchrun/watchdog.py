@@ -1,7 +1,8 @@
 """A torchrun rank's watchdog thread: heartbeat, events, stack dumps, the judge's seat, the verdict, the exit.
 
 Exit codes: 0 the verdict matched the case's ``Expect``; 1 it did not (or the judge failed); 2 bad arguments
-or environment; 128+N no verdict within :data:`HOLD_LIMIT` of the agent's signal N.
+or environment; 3 the attempt crashed or hung and torchrun restarts the world (:mod:`ddpfaults.torchrun.restarts`);
+128+N no verdict within :data:`HOLD_LIMIT` of the agent's signal N.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import traceback
 
 from ddpfaults.torchrun.process import dump_main_stack
+from ddpfaults.torchrun.restarts import EXIT_RESTART, RESTART
 from ddpfaults.torchrun.store import DEAD_AFTER, DEAD_AFTER_TERM, TICK, ensure_keys
 
 EXIT_MATCHED, EXIT_MISMATCHED, EXIT_CONFIG = 0, 1, 2
@@ -64,7 +66,7 @@ class Watchdog(threading.Thread):
         if verdict:
             if self.judging is not None:
                 self.judging.join(timeout=30)  # it published the verdict as its last act
-            self.exit(EXIT_MATCHED if verdict == 1 else EXIT_MISMATCHED)
+            self.exit({1: EXIT_MATCHED, RESTART: EXIT_RESTART}.get(verdict, EXIT_MISMATCHED))
         if asked > self.served:
             from ddpfaults.rank import flight  # torch is loaded by now
 

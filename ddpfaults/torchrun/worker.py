@@ -29,9 +29,13 @@ failed. Only a process that really dies (signal, ``os._exit``, C++ abort) leaves
 stderr is also copied (by a ``tee`` child, which outlives it) into a node-local file, so a judge on the
 same node quotes a died rank's last words (gloo's abort message, faulthandler's stack) as the local engine does.
 
+**Restarts** (``torchrun --max-restarts N``): an attempt that crashed or hung ends in a restart, and the last
+attempt's verdict carries every attempt's (:mod:`ddpfaults.torchrun.restarts`); ``ctx.shared_dir`` is kept across
+attempts; the process group's store is this attempt's (a prefix of the store above), never a dead attempt's.
+
 Exit codes: 0 the verdict matched the case's ``Expect``; 1 it did not (or the judge failed); 2 bad
-arguments or environment (e.g. ``--backend nccl`` without CUDA); 128+N no verdict within
-:data:`HOLD_LIMIT` of the agent's signal N. torchrun exits 0 only if every worker did.
+arguments or environment (e.g. ``--backend nccl`` without CUDA); 3 torchrun restarts the world; 128+N no
+verdict within :data:`HOLD_LIMIT` of the agent's signal N. torchrun exits 0 only if every worker did.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from ddpfaults.replay import replay_line, settings_of
 from ddpfaults.report.document import write_document
 from ddpfaults.scenario import load_module, scenarios_in
 from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, settable
+from ddpfaults.torchrun import restarts
 from ddpfaults.torchrun.process import sever_peer_sockets, tee_stderr
 from ddpfaults.torchrun.store import (
     StoreEventLog,
@@ -71,7 +76,7 @@ from ddpfaults.torchrun.store import (
     judge_store_world,
     rank_keys,
 )
-from ddpfaults.torchrun.watchdog import EXIT_CONFIG, EXIT_MISMATCHED, HELD_SIGNALS, Watchdog, hold_signals
+from ddpfaults.torchrun.watchdog import EXIT_CONFIG, EXIT_MATCHED, EXIT_MISMATCHED, HELD_SIGNALS, Watchdog, hold_signals
 
 T_START = time.time()  # this rank's start; rank 0's is the world's start (``t0``)
 
@@ -144,7 +149,8 @@ class TorchrunEnv:
     master_addr: str
     master_port: int
     run_id: str
-    restart: int
+    restart: int  # TORCHELASTIC_RESTART_COUNT: the attempt
+    max_restarts: int  # torchrun's --max-restarts
     agent_store: bool  # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT
 
     @classmethod
@@ -166,6 +172,7 @@ class TorchrunEnv:
             master_port=int(environ["MASTER_PORT"]),
             run_id=environ.get("TORCHELASTIC_RUN_ID", "none"),
             restart=int(environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+            max_restarts=int(environ.get("TORCHELASTIC_MAX_RESTARTS", 0)),
             agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
         )
 
@@ -195,15 +202,17 @@ def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
         faults = check_faults(case.faults, env.world_size)
         spec = declared.spec.replace(**{param.name: getattr(args, param.name) for param in settable(TORCHRUN)})
         spec = dataclasses.replace(spec, world_size=env.world_size)
+        local = f"python -m ddpfaults matrix {shlex.quote(args.spec.split('::')[0])}"
+        spec = restarts.check_restarts(case, spec, faults, env, local)
     except DDPFaultsError as exc:
-        raise DDPFaultsError(f"case {case.id} on {env.world_size} ranks: {exc}") from None
+        raise type(exc)(f"case {case.id} on {env.world_size} ranks: {exc}") from None
     nodes = max(1, env.world_size // max(env.local_world_size, 1))
     launcher = (
         f"torchrun --standalone --nproc-per-node={env.local_world_size}"
         if nodes == 1
         else f"torchrun --nnodes={nodes} --nproc-per-node={env.local_world_size} --rdzv-backend=c10d "
         f"--rdzv-endpoint={env.master_addr}:PORT"
-    )
+    ) + (f" --max-restarts {env.max_restarts}" if env.max_restarts else "")
     return CasePlan(
         spec=spec,
         faults=faults,
@@ -234,7 +243,8 @@ def process_group_backend(backend: str, env: TorchrunEnv) -> str:
 
 
 def connect_store(env: TorchrunEnv, timeout: float):
-    """(this run's store, ports whose connections are the store's): torchrun's agent store, else rank 0's own."""
+    """(this attempt's store, the run's store (every attempt's), ports whose connections are the store's):
+    torchrun's agent store, else rank 0's own."""
     import torch.distributed as dist
 
     port = env.master_port if env.agent_store else env.master_port + 1
@@ -246,11 +256,13 @@ def connect_store(env: TorchrunEnv, timeout: float):
         timeout=timedelta(seconds=timeout),
         wait_for_workers=False,
     )
-    return dist.PrefixStore(f"ddpfaults/{env.run_id}/{env.restart}", base), {env.master_port, port}
+    run_store = dist.PrefixStore(f"ddpfaults/{env.run_id}", base)
+    return dist.PrefixStore(str(env.restart), run_store.clone()), run_store, {env.master_port, port}
 
 
-def judge_world(store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
-    """The judge thread: watch the world through the store, print and write its result, publish the verdict."""
+def judge_world(store, run_store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
+    """The judge thread: watch the world through the store, print and write its result, publish the verdict
+    (a restart's: :mod:`ddpfaults.torchrun.restarts`)."""
     code = 3
     try:
         t0 = T_START if env.rank == 0 or not store.check(["t0"]) else float(store.multi_get(["t0"])[0])
@@ -265,6 +277,15 @@ def judge_world(store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
         )
         if result is None:
             return  # another rank took the seat
+        attempt = result
+        result = restarts.conclude(run_store, attempt, env, plan.faults)
+        if result is None:
+            print(
+                f"{attempt.report()}\n\nattempt {env.restart}: {attempt.outcome}; torchrun restarts the world",
+                flush=True,
+            )
+            store.compare_set("verdict", "0", str(restarts.RESTART))
+            return
         expectation = Expectation.of(case.expect, result)
         mismatches = expectation.mismatches
         verdict = "OK" if not mismatches else "MISMATCH"
@@ -273,6 +294,7 @@ def judge_world(store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
         if args.report:
             write_document(args.report, [result], nodeids=[args.spec], expectations=[expectation])
         code = 1 if not mismatches else 2
+        restarts.record_final(run_store, EXIT_MATCHED if code == 1 else EXIT_MISMATCHED)
     except Exception:  # noqa: BLE001 - a judge failure still ends the world (verdict 3, every rank exits 1)
         traceback.print_exc()
     store.compare_set("verdict", "0", str(code))
@@ -298,9 +320,8 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
 
     spec = plan.spec
     pg_backend = process_group_backend(spec.backend, env)
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)  # torchrun's restarts: faults' attempts
     ctx = RankContext(
-        rank=env.rank, spec=spec, shared_dir=shared_dir, faults=plan.faults, events=events, attempt=attempt
+        rank=env.rank, spec=spec, shared_dir=shared_dir, faults=plan.faults, events=events, attempt=env.restart
     )
     if spec.backend == "nccl":
         torch.cuda.set_device(env.local_rank)
@@ -309,9 +330,9 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
     preempt.track_saves()
 
     def init_process_group():
-        dist.init_process_group(
+        dist.init_process_group(  # its store under this attempt's prefix: never a dead attempt's (pytorch#135712)
             pg_backend,
-            init_method="env://",
+            store=dist.PrefixStore("pg", store.clone()),
             rank=env.rank,
             world_size=env.world_size,
             timeout=timedelta(seconds=spec.timeout + 30.0),
@@ -328,6 +349,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
         from ddpfaults.rank import script, seams
 
         seams.install()
+        script.use_store(dist.PrefixStore("pg", store.clone()))
         target = script.ScriptTarget(
             case.scenario.script,
             None,
@@ -361,32 +383,42 @@ def main(argv=None) -> int:
         process_group_backend(plan.spec.backend, env)
     except DDPFaultsError as exc:
         if os.environ.get("RANK", "0") == "0":
-            print(f"ddpfaults: error: {exc}", file=sys.stderr)
+            print(f"ddpfaults: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    store, keep_ports = connect_store(env, plan.spec.timeout + 30.0)
+    store, run_store, keep_ports = connect_store(env, plan.spec.timeout + 30.0)
+    final = restarts.ended_before(run_store, env)
+    if final is not None:
+        return final
     if env.rank == 0:
         store.set("t0", repr(T_START))
     store.compare_set("judge", "", "0")
     ensure_keys(store, ["verdict", "hb/0", *rank_keys(env.rank)])
-    safe_id = re.sub(r"[^\w.-]", "_", f"{env.run_id}-{env.master_port}-{env.restart}")
+    safe_id = re.sub(r"[^\w.-]", "_", f"{env.run_id}-{env.master_port}")  # every attempt's: its files carry over
     shared_dir = os.path.join(args.shared_dir or tempfile.gettempdir(), f"ddpfaults-torchrun-{safe_id}")
     os.makedirs(shared_dir, exist_ok=True)
-    output_dir = os.path.join(tempfile.gettempdir(), f"ddpfaults-torchrun-{safe_id}.output")  # always node-local
+    output_dir = os.path.join(tempfile.gettempdir(), f"ddpfaults-torchrun-{safe_id}-{env.restart}.output")
     os.makedirs(output_dir, exist_ok=True)
     output = os.path.join(output_dir, f"rank{env.rank}.err")
     tee_stderr(output)
 
+    ending = run_store.clone()
+
     def cleanup():
-        """Remove the node's shared and output dirs on the way out (any rank: after the verdict none needs them)."""
-        shutil.rmtree(shared_dir, ignore_errors=True)
+        """Remove the node's output dir on the way out, and its shared dir unless torchrun restarts the world (any
+        rank: after the verdict none needs them)."""
         shutil.rmtree(output_dir, ignore_errors=True)
+        if restarts.no_restart_follows(ending, env):
+            shutil.rmtree(shared_dir, ignore_errors=True)
 
     def start_judge():
         """Start this rank's judge thread (it holds the seat)."""
         thread = threading.Thread(
-            target=judge_world, args=(store.clone(), env, case, plan, args), name="ddpfaults-judge", daemon=True
+            target=judge_world,
+            args=(store.clone(), run_store.clone(), env, case, plan, args),
+            name="ddpfaults-judge",
+            daemon=True,
         )
         thread.start()
         return thread

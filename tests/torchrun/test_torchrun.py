@@ -56,6 +56,46 @@ SCENARIO = textwrap.dedent('''
         return float(t)
 ''')
 
+RESTARTED = textwrap.dedent('''
+    """A checkpointing all-reduce loop under torchrun --max-restarts 1: killed and resumed; a fault of the restart
+    only; a verdict reached before the last attempt."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    import ddpfaults
+    from ddpfaults.faults import RankCrash, RankKilled
+
+    CRASH = KeyError("segment_mask")
+
+
+    @ddpfaults.scenario(max_restarts=1, stall=10.0, variants=[
+        ddpfaults.variant("killed", faults=[RankKilled(rank=1, step=2)], expect="completed"),
+        ddpfaults.variant(
+            "crash_in_restart",
+            kwargs={"resume": False},
+            faults=[RankCrash(rank=1, step=3, exc=CRASH), RankCrash(rank=0, step=1, exc=CRASH, attempt=1)],
+            expect="crashed with KeyError on rank 0",
+        ),
+        ddpfaults.variant("unexpected", expect="crashed"),
+    ])
+    def checkpointed(ctx, steps=4, resume=True):
+        """Every step all-reduces, then rank 0 saves the steps done into ctx.shared_dir; returns the step it resumed
+        from (0: no checkpoint, or ``resume=False``)."""
+        path = os.path.join(ctx.shared_dir, "done")
+        start = int(open(path).read()) if resume and os.path.exists(path) else 0
+        t = torch.ones(1)
+        for step in range(start, steps):
+            ctx.step(step)
+            dist.all_reduce(t)
+            if ctx.rank == 0:
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(step + 1))
+                os.replace(path + ".tmp", path)
+        return start
+''')
+
 NO_GPU = "NCCL needs CUDA GPUs: torch.cuda.is_available() is False on this machine"
 
 
@@ -89,8 +129,9 @@ def _survivors(markers) -> list[str]:
     return found
 
 
-def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0):
-    """Run ``spec`` under torchrun (c10d rendezvous on a free localhost port); return (exit code, world, wall s).
+def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0, restarts: int = 0):
+    """Run ``spec`` under torchrun (c10d rendezvous on a free localhost port, ``--max-restarts restarts``); return
+    (exit code, world, wall s).
 
     Afterwards no process of the run (agent, ranks, their children) nor its temp dirs may be left: the census.
     """
@@ -105,6 +146,7 @@ def torchrun(tmp_path, nproc: int, spec: str, *extra: str, limit: float = 60.0):
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=localhost:0",
         f"--rdzv-id={run_id}",
+        f"--max-restarts={restarts}",
         f"--log-dir={tmp_path / 'torchelastic'}",  # else torchrun leaves a torchelastic_* dir in /tmp per run
         "-m",
         "ddpfaults.launch",
@@ -196,6 +238,82 @@ def test_rank0_raising_is_still_judged_and_an_unexpected_verdict_fails_torchrun(
     assert [(m["kind"], m["expected"], m["observed"]) for m in expectation["mismatches"]] == [
         ("outcome", "completed", "crashed")
     ]
+
+
+@pytest.fixture
+def restarted(tmp_path):
+    """``spec(variant)``: the case spec of a variant of the checkpointing scenario written into ``tmp_path``."""
+    path = tmp_path / "scenario_restarted.py"
+    path.write_text(RESTARTED)
+    return lambda variant: f"{path}::checkpointed[{variant}]"
+
+
+def _attempts(world: dict) -> list[tuple]:
+    return [(a["attempt"], a["outcome"], a["steps"], a["fired"]) for a in world["attempts"]]
+
+
+def test_a_killed_world_is_restarted_by_torchrun_and_resumes_from_its_checkpoint(tmp_path, restarted):
+    """torchrun --max-restarts 1: attempt 0 (rank 1 killed at step 2) ends in a restart, attempt 1 resumes from the
+    checkpoint attempt 0 left in ctx.shared_dir and completes; its report carries both attempts; torchrun exits 0;
+    nothing is left behind (the shared dir goes with the last attempt)."""
+    code, world, _ = torchrun(tmp_path, 2, restarted("killed"), restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert "attempt 0: crashed; torchrun restarts the world" in output
+    assert _attempts(world) == [
+        (0, "crashed", [2, 2], ["RankKilled(rank=1, step=2) fired on rank 1 at step 2 (on_step)"]),
+        (1, "completed", [3, 3], []),
+    ]
+    assert world["attempts"][0]["root_rank"] == 1 and "killed by SIGKILL" in world["attempts"][0]["root_cause"]
+    assert world["outcome"] == "completed" and world["expectation"]["held"] is True
+    assert [r["value"] for r in world["ranks"]] == [2, 2]  # both ranks of attempt 1 resumed at step 2
+    assert [f["fault"] for f in world["fired"]] == ["RankKilled(rank=1, step=2)"] and world["unfired"] == []
+    assert "--max-restarts 1" in world["replay"]
+
+
+def test_a_fault_of_attempt_1_acts_in_the_restart_only(tmp_path, restarted):
+    """RankCrash(rank=0, step=1, attempt=1): attempt 0 passes step 1 (rank 1 crashes at step 3), the restart
+    crashes on rank 0 at step 1; the last attempt's verdict is the world's, as expected (exit 0)."""
+    code, world, _ = torchrun(tmp_path, 2, restarted("crash_in_restart"), restarts=1)
+    assert code == 0, world["_output"][-3000:]
+    crash = "exc=KeyError('segment_mask')"
+    assert _attempts(world) == [
+        (0, "crashed", [3, 3], [f"RankCrash(rank=1, step=3, {crash}) fired on rank 1 at step 3 (on_step)"]),
+        (1, "crashed", [1, 1], [f"RankCrash(rank=0, step=1, {crash}, attempt=1) fired on rank 0 at step 1 (on_step)"]),
+    ]
+    assert [a["root_rank"] for a in world["attempts"]] == [1, 0]
+    assert (world["outcome"], world["root_rank"]) == ("crashed", 0) and world["unfired"] == []
+    assert [r["value"] for r in world["ranks"]] == [None, None]
+
+
+def test_a_verdict_before_the_last_attempt_is_the_worlds(tmp_path, restarted):
+    """Attempt 0 completes where a crash was expected: its verdict is the world's (exit 1, so torchrun restarts:
+    the restart's workers end at once with the same code, running nothing)."""
+    code, world, _ = torchrun(tmp_path, 2, restarted("unexpected"), restarts=1)
+    output = world["_output"]
+    assert code == 1, output[-3000:]
+    assert _attempts(world) == [(0, "completed", [3, 3], [])]
+    assert world["expectation"]["held"] is False
+    assert output.count("expected crashed, observed completed: MISMATCH") == 1
+    assert output.count("ddpfaults: the world's verdict came before attempt 1 (exit 1)") == 1
+
+
+def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
+    """A script case (tests/support/scripts/resume_loop.py, checkpointing into its working directory: torchrun's)
+    killed at step 3 and restarted: its own env:// init_process_group gets the attempt's store, not the dead
+    attempt's addresses (pytorch#135712), and it resumes from its checkpoint."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "resume_loop.py")
+    (tmp_path / "scenario_loop.py").write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import RankKilled\n\n"
+        f"loop = ddpfaults.script_scenario({script!r}, name='loop', max_restarts=1, stall=10.0, "
+        "faults=[RankKilled(rank=1, step=3)], expect='completed')\n"
+    )
+    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_loop.py'}::loop", restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert [(a["outcome"], a["root_rank"]) for a in world["attempts"]] == [("crashed", 1), ("completed", None)]
+    assert output.count("restart 1 port") == 2 and (tmp_path / "ckpt.pt").exists()
+    assert world["attempts"][1]["steps"] in ([3, 3], [2, 2])  # 3 optimizer steps left after the checkpoint, not 6
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
