@@ -58,6 +58,12 @@ def _final(records: list[dict]) -> dict | None:
     return next((r for r in records if r.get("final")), None)
 
 
+def _stepped_none(final: dict) -> bool:
+    """True if the attempt whose ``final`` record this is made no optimizer step (it resumed after the last one): it
+    knows no optimizer (they are found at their steps), so its final record says nothing of theirs."""
+    return final.get("steps") == 0 and not final.get("optimizers")
+
+
 def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
     """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), and the attempts
     whose resumed parameters match no step of the uninterrupted run ``(attempt, first record)``."""
@@ -206,7 +212,7 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
         b is not None
         and f is not None
         and b.get("modules") == f.get("modules")
-        and b.get("optimizers") == f.get("optimizers")
+        and (b.get("optimizers") == f.get("optimizers") or _stepped_none(f))
         for b, f in zip(final_base, final_last + [None] * len(final_base), strict=False)
     )
     steps = max((len(_steps(r)) for r in baseline), default=0)

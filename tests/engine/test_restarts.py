@@ -13,7 +13,7 @@ from ddpfaults.judge.results import WorldResult
 from ddpfaults.scenario import builtin_dir, load_function
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
@@ -108,3 +108,39 @@ def test_saving_and_restoring_everything_resumes_bit_equal_wherever_the_kill(ran
     )
     assert result.outcome == "completed", result.report()
     assert result.resume["equivalent"], result.report()
+
+
+RESUME_SCRIPT = os.path.join(builtin_dir(), "scripts", "train_resume.py")  # 8 optimizer steps, steps 0-8
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, database=None)
+@given(rank=st.integers(0, 1), step=st.integers(0, 8))
+@example(rank=0, step=0)  # killed before the first step: no checkpoint, the restart starts over
+@example(rank=1, step=8)  # killed after the last step: the restart loads the last checkpoint and makes no step
+def test_a_script_that_saves_and_restores_everything_resumes_bit_equal_wherever_the_kill(rank, step):
+    result = ddpfaults.run_script(
+        RESUME_SCRIPT,
+        world_size=2,
+        faults=[RankKilled(rank=rank, step=step)],
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+    )
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
+    assert result.resume["equivalent"] and result.resume["steps"] == 8, result.report()
+
+
+def test_a_script_that_restores_torch_s_rng_but_not_random_s_is_caught_naming_it():
+    result = ddpfaults.run_script(
+        RESUME_SCRIPT,
+        ["--lose", "random"],
+        world_size=2,
+        faults=[RankKilled(rank=1, step=3)],
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+    )
+    assert result.outcome == "completed", result.report()
+    first = result.resume["first_difference"]
+    assert (first["step"], first["cause"], first["ranks"]) == (3, "rng", [0, 1]), result.report()
+    assert "the RNG state differs (python random): Python's random state was not restored" in first["detail"]

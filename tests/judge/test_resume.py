@@ -96,6 +96,16 @@ def test_a_replayed_batch_names_the_rngs_that_differ_too():
     )
 
 
+def test_an_attempt_resumed_after_the_last_step_is_judged_by_its_modules():
+    killed = _run(6, final=None)  # killed after the last optimizer step, its checkpoint saved
+    done = {"final": True, "modules": ["F"], "optimizers": [], "steps": 0}  # no step: it met no optimizer
+    assert resume.compare([BASE], [[killed], [[done]]])["equivalent"]
+    other = resume.compare([BASE], [[killed], [[{**done, "modules": ["G"]}]]])
+    assert other["first_difference"]["cause"] == "final_state"
+    lost = resume.compare([BASE], [[killed], [[{**done, "steps": 2}]]])  # it stepped, yet recorded no optimizer
+    assert lost["first_difference"]["cause"] == "final_state"
+
+
 def test_a_resume_from_weights_the_run_never_had_is_named_as_such():
     finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, before="torn")]])
     assert finding["first_difference"]["cause"] == "resumed_state"
