@@ -2,6 +2,8 @@
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -61,6 +63,34 @@ def test_a_rank_that_outlives_its_grace_period_is_sigkilled():
     assert result.preemption["notified"] == [1] and result.preemption["handled"] == [1]
     assert result.preemption["killed_after_grace"] == [1] and result.preemption["saved"] == []
     assert "SIGKILLed after the grace period: 1" in result.report()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["dcp.save", "dcp.async_save"])
+def test_a_preempted_job_that_saved_with_dcp_is_reported_as_saved(asynchronous):
+    result = ddpfaults.run_world(
+        restartfns.dcp_saves_on_notice,
+        world_size=2,
+        kwargs={"asynchronous": asynchronous},
+        faults=[Preempt(step=2, grace=20)],
+        stall=10,
+    )
+    assert result.outcome == "completed" and result.values == [2, 2], result.report()
+    assert result.preemption["handled"] == [0, 1] and result.preemption["saved"] == [0, 1], result.report()
+    assert (result.preemption["last_checkpoint_step"], result.preemption["steps_lost"]) == (2, 0)
+    saves = [e for r in result.ranks for e in r.events if e["k"] == "saved"]
+    assert [(e["step"], e["file"]) for e in saves] == [(2, "step-2"), (2, "step-2")]
+
+
+def test_dcp_is_tracked_when_imported_after_the_tracking_began():
+    code = (
+        "import sys; from ddpfaults.rank import dcp; dcp.track_saves(print)\n"
+        "assert 'torch.distributed.checkpoint' not in sys.modules\n"
+        "import torch.distributed.checkpoint as c; from torch.distributed.checkpoint import save\n"
+        "from torch.distributed.checkpoint import state_dict_saver as s\n"
+        "print({f.__code__.co_filename for f in (c.save, c.async_save, save, s.save, s.async_save)} == {dcp.__file__})"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr
 
 
 def test_a_restarted_script_keeps_its_directory_gets_a_fresh_store_and_resumes_bit_equal(tmp_path):
