@@ -52,7 +52,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import ddpfaults
-from _checks import SAFE_STALL
+from _checks import REPLICAS_EQUAL, SAFE_STALL
 from ddpfaults.faults import Preempt, RankKilled, WriterKilledMidSave
 
 EPOCHS, SAMPLES, BATCH = 2, 32, 4
@@ -306,7 +306,9 @@ resume_script = ddpfaults.script_scenario(
     faults=[RankKilled(rank=1, step=5)],
     variants=[
         ddpfaults.variant(
-            "fixed", argv=["--lose", "nothing"], expect=ddpfaults.Expect("completed", resume_equivalent=True)
+            "fixed",
+            argv=["--lose", "nothing"],
+            expect=ddpfaults.Expect("completed", checks=(REPLICAS_EQUAL,), resume_equivalent=True),
         ),
         ddpfaults.variant(
             "position_lost",

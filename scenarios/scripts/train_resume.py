@@ -6,10 +6,11 @@ input scaling drawn from Python's ``random``. No ddpfaults import.
 starts past the batches already consumed, so none is drawn again), torch's RNG (after the iterator a mid-epoch resume
 makes, before the one an epoch start makes: making an iterator draws from it) and ``random``'s state.
 ``--lose position`` restarts the epoch's data from its beginning (only the epoch is restored);
-``--lose random`` restores torch's RNG but not ``random``'s.
+``--lose random`` restores torch's RNG but not ``random``'s. Prints its replica's digest at the end.
 """
 
 import argparse
+import hashlib
 import itertools
 import os
 import random
@@ -80,6 +81,8 @@ def main():
                 torch.save({**saved, "torch": torch.get_rng_state(), "random": random.getstate()}, CHECKPOINT + ".tmp")
                 os.replace(CHECKPOINT + ".tmp", CHECKPOINT)
         sampler.start = 0
+    replica = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+    print(f"replica digest: {replica}", flush=True)
     dist.destroy_process_group()
 
 
