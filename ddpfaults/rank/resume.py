@@ -13,6 +13,7 @@ check.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import numbers
@@ -130,7 +131,9 @@ def _drawn(original):
 def rng_digests() -> dict:
     """The digest of each global RNG's state: ``torch`` (the CPU generator), ``random`` (Python's) and ``numpy``
     (its legacy global generator, only if numpy is already imported: it is never imported here)."""
-    digests = {"torch": _digest(torch.get_rng_state()), "random": _digest(random.getstate())}
+    version, words, gauss = random.getstate()  # 625 ints: digested as one array, not one by one (25 us, not 300)
+    python = hashlib.sha256(array.array("Q", words).tobytes() + repr((version, gauss)).encode()).hexdigest()
+    digests = {"torch": _digest(torch.get_rng_state()), "random": python}
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         digests["numpy"] = _digest(numpy.random.get_state())
