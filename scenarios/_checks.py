@@ -71,3 +71,16 @@ def others_blocked_in(op: str, root: int) -> Check:
         return f"not blocked in {op}: {bad}" if bad else None
 
     return Check(f"every rank but {root} blocked in {op}", fn)
+
+
+def _digests(result):
+    return [
+        next((line for line in r.output.splitlines() if line.startswith("replica digest:")), None) for r in result.ranks
+    ]
+
+
+#: a script returns no value: each prints its replica's digest, and every rank's must be there and equal
+REPLICAS_EQUAL = Check(
+    "every rank printed the same replica digest",
+    lambda r: None if None not in _digests(r) and len(set(_digests(r))) == 1 else f"digests: {_digests(r)}",
+)

@@ -32,6 +32,12 @@ restarts) and resumes from the last one. Each keyword leaves one thing out of th
 - ``agree``: every rank all-reduces its stop flag each step, so they stop at the same step and save together: no step
   lost, and the requeued run resumes bit-equal.
 
+``resume_script``: the same question asked of a plain torchrun script (``scripts/train_resume.py``: a DataLoader over a
+``DistributedSampler``, checkpointing into its working directory, resuming from it), killed at step 5 and restarted
+once: ``fixed`` restores everything; ``position_lost`` restarts the epoch's data from its beginning (samples
+replayed); ``random_not_restored`` restores torch's RNG but not Python's ``random``, which its input scaling draws
+from (huggingface/transformers#17032 restored torch's alone).
+
 Measured (gloo, 2 ranks, 3+ runs each): every naive variant is caught at the first step after the resume with its
 cause; the fixed loop resumes bit-equal wherever it is killed.
 """
@@ -46,7 +52,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import ddpfaults
-from _checks import SAFE_STALL
+from _checks import REPLICAS_EQUAL, SAFE_STALL
 from ddpfaults.faults import Preempt, RankKilled, WriterKilledMidSave
 
 EPOCHS, SAMPLES, BATCH = 2, 32, 4
@@ -279,3 +285,42 @@ def preempted(first: str, *, handled, saved, lost) -> ddpfaults.Check:
 def preempt(ctx, **kwargs):
     """Preempted at step 6 (checkpoints every 4 steps) and requeued once."""
     return resume_train(ctx, **kwargs)
+
+
+def _rng_named(name: str) -> ddpfaults.Check:
+    """The resume's first difference names ``name`` as the RNG whose state differed."""
+
+    def fn(result):
+        detail = ((result.resume or {}).get("first_difference") or {}).get("detail") or ""
+        return None if f"RNG state differs ({name})" in detail else f"detail: {detail!r}"
+
+    return ddpfaults.Check(f"the RNG named: {name}", fn)
+
+
+resume_script = ddpfaults.script_scenario(
+    "scripts/train_resume.py",
+    name="resume_script",
+    world_size=2,
+    stall=SAFE_STALL,
+    max_restarts=1,
+    faults=[RankKilled(rank=1, step=5)],
+    variants=[
+        ddpfaults.variant(
+            "fixed",
+            argv=["--lose", "nothing"],
+            expect=ddpfaults.Expect("completed", checks=(REPLICAS_EQUAL,), resume_equivalent=True),
+        ),
+        ddpfaults.variant(
+            "position_lost",
+            argv=["--lose", "position"],
+            expect=ddpfaults.Expect("completed", resume_cause="samples_replayed", resume_step=5),
+        ),
+        ddpfaults.variant(
+            "random_not_restored",
+            argv=["--lose", "random"],
+            expect=ddpfaults.Expect(
+                "completed", checks=(_rng_named("python random"),), resume_cause="rng", resume_step=5
+            ),
+        ),
+    ],
+)

@@ -12,7 +12,7 @@ semantics differ, as measured:
 """
 
 import ddpfaults
-from _checks import HANG_STALL, SAFE_STALL, expect
+from _checks import HANG_STALL, REPLICAS_EQUAL, SAFE_STALL, expect
 from ddpfaults.faults import EmptyBatch, TornCheckpointWrite
 
 READERS_TORN = ddpfaults.Check(
@@ -24,18 +24,6 @@ READERS_TORN = ddpfaults.Check(
     ),
 )
 
-
-def _digests(result):
-    return [
-        next((line for line in r.output.splitlines() if line.startswith("replica digest:")), None) for r in result.ranks
-    ]
-
-
-#: a script returns no value: each prints its replica's digest, and every rank's must be there and equal
-REPLICAS_EQUAL = ddpfaults.Check(
-    "every rank printed the same replica digest",
-    lambda r: None if None not in _digests(r) and len(set(_digests(r))) == 1 else f"digests: {_digests(r)}",
-)
 
 empty_batch = ddpfaults.script_scenario(
     "scripts/train_empty_batch.py",

@@ -6,8 +6,9 @@ the one whose parameters it resumed with (its first step's parameters before the
 uninterrupted run's). A step that ran again after a restart replaces the earlier one. Then step by step, rank by
 rank: a difference in the batch, the learning rate, the parameters or the optimizer state is a difference, and the
 first one is explained by what the evidence shows (the batch: samples replayed or skipped; the learning rate: the
-scheduler; the optimizer state; the RNG; the parameters the run resumed with). Finally the state of every module
-the runs wrapped in DDP/FSDP is compared. Pure data: imports no torch.
+scheduler; the optimizer state; the RNG, named: torch's CPU generator, Python's ``random``, numpy's; the parameters
+the run resumed with). Finally the state of every module the runs wrapped in DDP/FSDP is compared. Pure data:
+imports no torch.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def _final(records: list[dict]) -> dict | None:
     return next((r for r in records if r.get("final")), None)
 
 
+def _stepped_none(final: dict) -> bool:
+    """True if the attempt whose ``final`` record this is made no optimizer step (it resumed after the last one): it
+    knows no optimizer (they are found at their steps), so its final record says nothing of theirs."""
+    return final.get("steps") == 0 and not final.get("optimizers")
+
+
 def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
     """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), and the attempts
     whose resumed parameters match no step of the uninterrupted run ``(attempt, first record)``."""
@@ -83,7 +90,8 @@ def _explain(step: int, rank: int, mine: dict, theirs: dict, base: list[dict]) -
     """``(cause, detail)`` of a step that differs from the uninterrupted run's, or None when it is the same."""
     if mine.get("batch") != theirs.get("batch"):
         seen = [i for i, rec in enumerate(base) if rec.get("batch") == mine.get("batch") and mine.get("batch")]
-        rng = "; the RNG state differs too" if mine.get("rng") != theirs.get("rng") else ""
+        differ = rngs_differing(mine, theirs)
+        rng = f"; the RNG state differs too ({', '.join(differ)})" if differ else ""
         if seen and seen[0] < step:
             return "samples_replayed", (
                 f"rank {rank} consumed at step {step} the batch the uninterrupted run consumed at step {seen[0]}: "
@@ -115,17 +123,35 @@ def _explain(step: int, rank: int, mine: dict, theirs: dict, base: list[dict]) -
             f"the same batch, parameters and optimizer state: the LR scheduler's state was not restored"
         )
     if mine.get("params") != theirs.get("params"):
-        if mine.get("rng") != theirs.get("rng"):
+        differ = rngs_differing(mine, theirs)
+        if differ:
             return "rng", (
                 f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, "
-                f"parameters and optimizer state, and the RNG state differs: the RNG was not restored, or was restored "
-                f"before the DataLoader iterator was made (making one draws from it), so dropout masks differ"
+                f"parameters and optimizer state, and the RNG state differs ({', '.join(differ)}): "
+                + "; ".join(_RNG_HINTS[name] for name in differ)
             )
         return "parameters", (
             f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, optimizer "
             f"state and RNG state"
         )
     return None
+
+
+#: each global RNG a step's record digests, by its name in a report, and what its difference means
+RNGS = {"torch": "torch CPU", "random": "python random", "numpy": "numpy"}
+_RNG_HINTS = {
+    "torch CPU": "torch's RNG was not restored, or was restored before the DataLoader iterator was made (making one "
+    "draws from it), so dropout masks differ",
+    "python random": "Python's random state was not restored (random.getstate / random.setstate)",
+    "numpy": "numpy's global RNG was not restored (numpy.random.get_state / numpy.random.set_state)",
+}
+
+
+def rngs_differing(mine: dict, theirs: dict) -> list[str]:
+    """The names (:data:`RNGS`' values) of the global RNGs whose state before a step differs between two records
+    of it; a generator one record has and the other lacks (numpy imported in one run only) differs."""
+    a, b = mine.get("rng") or {}, theirs.get("rng") or {}
+    return [name for key, name in RNGS.items() if a.get(key) != b.get(key)]
 
 
 def _lr(record: dict) -> str:
@@ -186,7 +212,7 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
         b is not None
         and f is not None
         and b.get("modules") == f.get("modules")
-        and b.get("optimizers") == f.get("optimizers")
+        and (b.get("optimizers") == f.get("optimizers") or _stepped_none(f))
         for b, f in zip(final_base, final_last + [None] * len(final_base), strict=False)
     )
     steps = max((len(_steps(r)) for r in baseline), default=0)

@@ -1,17 +1,24 @@
-"""The Distributed Checkpoint faults inside a rank (:mod:`ddpfaults.faults.dcp`): what ``os.fsync`` (a shard written),
-``os.rename`` (``.metadata`` moved into place), the existence checks of ``os.path``, ``os.listdir`` and
-``dcp.async_save`` do while one of them applies.
+"""Distributed Checkpoint inside a rank: its saves, and its faults (:mod:`ddpfaults.faults.dcp`).
 
-:func:`install` wraps them once per rank process (when a step such a fault applies to starts); outside a job, or
-where no such fault applies, each wrapper only calls through.
+- :func:`track_saves` wraps ``dcp.save`` and ``dcp.async_save`` once per rank process, from its start (at once if
+  DCP is imported, else as it is imported: it costs 0.6 s and is never imported here), so every completed save is
+  reported (a preempted job's checkpoint) and ``AsyncSaveKilled`` acts as an ``async_save`` returns;
+- :func:`install` wraps ``os.fsync`` (a shard written), ``os.rename`` (``.metadata`` moved into place), the existence
+  checks of ``os.path`` and ``os.listdir`` once per rank process, when a step a DCP fault applies to starts.
+
+Outside a job, or where no such fault applies, each wrapper only calls through.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import os
 import posixpath
 import signal
+import sys
+from collections.abc import Callable
 
 from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.rank import running
@@ -22,8 +29,7 @@ _CHECKS = ("exists", "isdir", "isfile", "lexists")
 
 
 def install() -> None:
-    """Wrap ``os.fsync``, ``os.rename``, ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` (once
-    per process)."""
+    """Wrap ``os.fsync``, ``os.rename``, ``os.path``'s existence checks and ``os.listdir`` (once per process)."""
     global _installed
     if _installed:
         return
@@ -33,11 +39,79 @@ def install() -> None:
     for name in _CHECKS:
         setattr(posixpath, name, _check(getattr(posixpath, name)))
     os.listdir = _listdir(os.listdir)
-    import torch.distributed.checkpoint as dcp
-    import torch.distributed.checkpoint.state_dict_saver as saver
 
-    traced = _async_save(saver.async_save)
-    saver.async_save = dcp.async_save = traced
+
+_SAVER = "torch.distributed.checkpoint.state_dict_saver"
+_saved: Callable | None = None  # what a completed save calls: saved(ctx, step, checkpoint)
+
+
+def track_saves(saved: Callable) -> None:
+    """Make ``dcp.save`` and ``dcp.async_save`` call ``saved(ctx, step, checkpoint)`` when a save of the running job
+    completes (``step``: the job's step when it began; ``checkpoint``: its directory's name, or None), and act for
+    ``AsyncSaveKilled``. Once per process: now if DCP is imported, else as it is (so that ``from
+    torch.distributed.checkpoint import save`` binds the wrapped function too)."""
+    global _saved
+    if _saved is not None:
+        return
+    _saved = saved
+    if _SAVER in sys.modules:
+        _wrap_saver(sys.modules[_SAVER])
+    else:
+        sys.meta_path.insert(0, _SaverImport())
+
+
+class _SaverImport(importlib.abc.MetaPathFinder):
+    """Wraps DCP's saver module as it is imported, before its package binds ``save`` and ``async_save`` from it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _SAVER:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                _wrap_saver(module)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def _wrap_saver(saver) -> None:
+    """Wrap the saver module's ``save`` and ``async_save``, and its package's names for them if already bound."""
+    package = sys.modules.get(saver.__name__.rpartition(".")[0])
+    for name, wrap in (("save", _save), ("async_save", _async_save)):
+        original = getattr(saver, name)
+        wrapped = wrap(original)
+        setattr(saver, name, wrapped)
+        if getattr(package, name, None) is original:
+            setattr(package, name, wrapped)
+
+
+def _checkpoint_name(args, kwargs) -> str | None:
+    """The directory name a DCP save writes to (``checkpoint_id``, else its storage writer's path)."""
+    where = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+    try:
+        return os.path.basename(os.path.normpath(os.fspath(where))) if where is not None else None
+    except TypeError:
+        return None
+
+
+def _save(original):
+    @functools.wraps(original)
+    def save(*args, **kwargs):
+        ctx = running.current()
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("torch.distributed.checkpoint."):
+            ctx = None  # DCP's own call (an async_save's upload thread): reported when the upload's future is done
+        step = ctx.current_step if ctx is not None else None
+        done = original(*args, **kwargs)
+        if ctx is not None and running.current() is ctx:
+            _saved(ctx, step, _checkpoint_name(args, kwargs))
+        return done
+
+    return save
 
 
 def _applying(kind: type):
@@ -145,9 +219,19 @@ def _async_save(original):
     @functools.wraps(original)
     def async_save(*args, **kwargs):
         future = original(*args, **kwargs)
+        upload = getattr(future, "upload_completion", future)  # a Future, or an AsyncSaveResponse holding one
+        ctx = running.current()
+        if ctx is not None:
+            step, name = ctx.current_step, _checkpoint_name(args, kwargs)
+
+            def uploaded(done):
+                if running.current() is ctx and not done.cancelled() and done.exception() is None:
+                    _saved(ctx, step, name)
+
+            upload.add_done_callback(uploaded)
         ctx, fault = _applying(AsyncSaveKilled)
         if fault is not None and ctx.once(fault):
-            done = "completed" if future.done() else "pending"
+            done = "completed" if upload.done() else "pending"
             ctx.record_fired(
                 fault,
                 f"SIGKILLed the writer as dcp.async_save returned (its future {done})",

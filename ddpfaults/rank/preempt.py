@@ -1,6 +1,6 @@
 """Preemption inside a rank: the notice a scheduler sends (``Preempt``), the SIGKILL when its grace period runs out,
-and the checkpoints a rank saves (each completed ``torch.save`` to a file is a ``saved`` event, so a report can say
-whether a preempted rank saved and how many steps were lost)."""
+and the checkpoints a rank saves (each completed ``torch.save`` to a file, ``dcp.save`` and ``dcp.async_save`` is a
+``saved`` event, so a report can say whether a preempted rank saved and how many steps were lost)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ import threading
 
 import torch
 
-from ddpfaults.rank import running
+from ddpfaults.rank import dcp, running
+
+
+def _saved(ctx, step, file) -> None:
+    """Record a completed save of the running job (``step``: its step when the save began; ``file``: the file's or
+    the checkpoint directory's name)."""
+    ctx._events.emit("saved", step=step, file=file)
 
 
 def track_saves() -> None:
-    """Make this process's ``torch.save`` to a file record a ``saved`` event in the running job (once per process;
-    inert between jobs)."""
+    """Make this process's ``torch.save`` to a file, ``dcp.save`` and ``dcp.async_save`` (once its upload completes)
+    record a ``saved`` event in the running job (once per process; inert between jobs)."""
+    dcp.track_saves(_saved)
     original = torch.save
     if getattr(original, "__ddpfaults_saves__", False):
         return
@@ -25,7 +32,7 @@ def track_saves() -> None:
         done = original(obj, f, *args, **kwargs)
         ctx = running.current()
         if ctx is not None and isinstance(f, (str, os.PathLike)):
-            ctx._events.emit("saved", step=ctx.current_step, file=os.path.basename(os.fspath(f)))
+            _saved(ctx, ctx.current_step, os.path.basename(os.fspath(f)))
         return done
 
     save.__ddpfaults_saves__ = True

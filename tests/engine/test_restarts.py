@@ -2,6 +2,8 @@
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +15,7 @@ from ddpfaults.judge.results import WorldResult
 from ddpfaults.scenario import builtin_dir, load_function
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
@@ -63,6 +65,34 @@ def test_a_rank_that_outlives_its_grace_period_is_sigkilled():
     assert "SIGKILLed after the grace period: 1" in result.report()
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["dcp.save", "dcp.async_save"])
+def test_a_preempted_job_that_saved_with_dcp_is_reported_as_saved(asynchronous):
+    result = ddpfaults.run_world(
+        restartfns.dcp_saves_on_notice,
+        world_size=2,
+        kwargs={"asynchronous": asynchronous},
+        faults=[Preempt(step=2, grace=20)],
+        stall=10,
+    )
+    assert result.outcome == "completed" and result.values == [2, 2], result.report()
+    assert result.preemption["handled"] == [0, 1] and result.preemption["saved"] == [0, 1], result.report()
+    assert (result.preemption["last_checkpoint_step"], result.preemption["steps_lost"]) == (2, 0)
+    saves = [e for r in result.ranks for e in r.events if e["k"] == "saved"]
+    assert [(e["step"], e["file"]) for e in saves] == [(2, "step-2"), (2, "step-2")]
+
+
+def test_dcp_is_tracked_when_imported_after_the_tracking_began():
+    code = (
+        "import sys; from ddpfaults.rank import dcp; dcp.track_saves(print)\n"
+        "assert 'torch.distributed.checkpoint' not in sys.modules\n"
+        "import torch.distributed.checkpoint as c; from torch.distributed.checkpoint import save\n"
+        "from torch.distributed.checkpoint import state_dict_saver as s\n"
+        "print({f.__code__.co_filename for f in (c.save, c.async_save, save, s.save, s.async_save)} == {dcp.__file__})"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr
+
+
 def test_a_restarted_script_keeps_its_directory_gets_a_fresh_store_and_resumes_bit_equal(tmp_path):
     result = ddpfaults.run_script(
         os.path.join(SCRIPTS, "resume_loop.py"),
@@ -108,3 +138,39 @@ def test_saving_and_restoring_everything_resumes_bit_equal_wherever_the_kill(ran
     )
     assert result.outcome == "completed", result.report()
     assert result.resume["equivalent"], result.report()
+
+
+RESUME_SCRIPT = os.path.join(builtin_dir(), "scripts", "train_resume.py")  # 8 optimizer steps, steps 0-8
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, database=None)
+@given(rank=st.integers(0, 1), step=st.integers(0, 8))
+@example(rank=0, step=0)  # killed before the first step: no checkpoint, the restart starts over
+@example(rank=1, step=8)  # killed after the last step: the restart loads the last checkpoint and makes no step
+def test_a_script_that_saves_and_restores_everything_resumes_bit_equal_wherever_the_kill(rank, step):
+    result = ddpfaults.run_script(
+        RESUME_SCRIPT,
+        world_size=2,
+        faults=[RankKilled(rank=rank, step=step)],
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+    )
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
+    assert result.resume["equivalent"] and result.resume["steps"] == 8, result.report()
+
+
+def test_a_script_that_restores_torch_s_rng_but_not_random_s_is_caught_naming_it():
+    result = ddpfaults.run_script(
+        RESUME_SCRIPT,
+        ["--lose", "random"],
+        world_size=2,
+        faults=[RankKilled(rank=1, step=3)],
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+    )
+    assert result.outcome == "completed", result.report()
+    first = result.resume["first_difference"]
+    assert (first["step"], first["cause"], first["ranks"]) == (3, "rng", [0, 1]), result.report()
+    assert "the RNG state differs (python random): Python's random state was not restored" in first["detail"]

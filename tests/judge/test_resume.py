@@ -14,7 +14,7 @@ def _run(steps: int, *, batch=lambda i: f"b{i}", lr=lambda i: 0.1, state=lambda 
             "batch": [batch(i)],
             "lr": [lr(i)],
             "state": state(i),
-            "rng": f"r{i}",
+            "rng": {"torch": f"t{i}", "random": f"r{i}", "numpy": f"n{i}"},
         }
         for i in range(steps)
     ]
@@ -57,12 +57,53 @@ def test_each_cause_is_told_by_the_first_evidence_that_differs():
         "data_order": {"batch": ["new"]},
         "optimizer_state": {"state": "fresh", "lr": [0.5]},
         "learning_rate": {"lr": [0.5]},
-        "rng": {"params": "other", "rng": "other"},
+        "rng": {"params": "other", "rng": {"torch": "other", "random": "r4", "numpy": "n4"}},
         "parameters": {"params": "other"},
     }
     for cause, changed in cases.items():
         finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, **changed)]])
         assert finding["first_difference"]["cause"] == cause, (cause, finding)
+
+
+def test_the_rng_whose_state_differed_is_named():
+    python = {"torch": "t4", "random": "other", "numpy": "n4"}
+    cases = [
+        ("torch CPU", {"torch": "other", "random": "r4", "numpy": "n4"}),
+        ("python random", python),
+        ("numpy", {"torch": "t4", "random": "r4", "numpy": "other"}),
+        ("torch CPU, python random", {"torch": "other", "random": "other", "numpy": "n4"}),
+        ("numpy", {"torch": "t4", "random": "r4"}),  # numpy imported in one run only
+    ]
+    for names, rng in cases:
+        finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, params="other", rng=rng)]])
+        first = finding["first_difference"]
+        assert first["cause"] == "rng" and f"the RNG state differs ({names}):" in first["detail"], (names, first)
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, params="other", rng=python)]])
+    detail = finding["first_difference"]["detail"]
+    assert "random.setstate" in detail and "dropout" not in detail and "numpy" not in detail
+
+
+def test_the_same_parameters_with_another_rng_state_are_no_difference():
+    rng = {"torch": "t4", "random": "other", "numpy": "n4"}  # drawn from by nothing the step computed
+    assert resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, rng=rng)]])["equivalent"]
+
+
+def test_a_replayed_batch_names_the_rngs_that_differ_too():
+    rng = {"torch": "t4", "random": "r4", "numpy": "other"}
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, batch=["b0"], rng=rng)]])
+    assert finding["first_difference"]["detail"].endswith(
+        "samples replayed (the data position was not restored); the RNG state differs too (numpy)"
+    )
+
+
+def test_an_attempt_resumed_after_the_last_step_is_judged_by_its_modules():
+    killed = _run(6, final=None)  # killed after the last optimizer step, its checkpoint saved
+    done = {"final": True, "modules": ["F"], "optimizers": [], "steps": 0}  # no step: it met no optimizer
+    assert resume.compare([BASE], [[killed], [[done]]])["equivalent"]
+    other = resume.compare([BASE], [[killed], [[{**done, "modules": ["G"]}]]])
+    assert other["first_difference"]["cause"] == "final_state"
+    lost = resume.compare([BASE], [[killed], [[{**done, "steps": 2}]]])  # it stepped, yet recorded no optimizer
+    assert lost["first_difference"]["cause"] == "final_state"
 
 
 def test_a_resume_from_weights_the_run_never_had_is_named_as_such():

@@ -38,3 +38,29 @@ def ignores_notice(ctx, steps=3):
     finally:
         signal.signal(signal.SIGTERM, previous)
     return float(t)
+
+
+def dcp_saves_on_notice(ctx, steps=4, asynchronous=False):
+    """All-reduce a stop flag each step; once SIGTERM set it on any rank, every rank saves a model's state with
+    ``dcp.save`` (``dcp.async_save``, awaited, when ``asynchronous``) into ``ctx.shared_dir`` and stops. Returns the
+    step it stopped at (None: it was never preempted)."""
+    import torch.distributed.checkpoint as dcp
+
+    stop = torch.zeros(1)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
+    model = torch.nn.Linear(2, 1)
+    try:
+        for step in range(steps):
+            ctx.step(step)
+            flag = stop.clone()
+            dist.all_reduce(flag)
+            if flag.item():
+                where = os.path.join(ctx.shared_dir, f"step-{step}")
+                if asynchronous:
+                    dcp.async_save({"model": model.state_dict()}, checkpoint_id=where).result()
+                else:
+                    dcp.save({"model": model.state_dict()}, checkpoint_id=where)
+                return step
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return None
