@@ -31,6 +31,7 @@ from ddpfaults.engine import census
 from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.proc import mp_private, tree
+from ddpfaults.rank.forkserver import world_dir_prefix
 from ddpfaults.rank.job import warm_up
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
 from ddpfaults.rank.main import main as rank_main
@@ -66,7 +67,7 @@ class RankSet:
         self.world_size = world_size
         self.start_method = start_method
         self.warm = warm
-        self.dir = tempfile.mkdtemp(prefix="ddpfaults-world-")
+        self.dir = tempfile.mkdtemp(prefix=world_dir_prefix(os.getpid()))  # the fork server sweeps them if we die
         os.mkdir(world_tmp(self.dir))
         self.pg_timeout = max(timeout + 30.0, WARM_PG_TIMEOUT) if warm else timeout + 30.0
         self.backend = backend

@@ -25,10 +25,12 @@ everything still below it and exits, which closes the last write ends of both pi
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import warnings
 
@@ -76,6 +78,7 @@ def _on_parent_death(signum, frame) -> None:
         time.sleep(0.02)
     tree.kill_below(os.getpid())
     _remove_socket_dir()
+    _remove_world_dirs()
     os._exit(0)
 
 
@@ -83,6 +86,19 @@ def _ranks_alive() -> bool:
     """Whether a child still leads a session of its own, as each rank does (``os.setsid`` in its main)."""
     table = tree.snapshot()
     return any(p.ppid == _server_pid and p.sid == p.pid and p.live for p in table.values())
+
+
+def world_dir_prefix(launcher_pid: int) -> str:
+    """The name every world directory of the launcher ``launcher_pid`` starts with (in the temp dir)."""
+    return f"ddpfaults-world-{launcher_pid}-"
+
+
+def _remove_world_dirs() -> None:
+    """Remove the launcher's world directories that its ranks left (a rank removes its world's as it sees the
+    launcher gone, but a peer still running may write into it after that)."""
+    pattern = os.path.join(tempfile.gettempdir(), glob.escape(world_dir_prefix(_launcher_pid)) + "*")
+    for directory in glob.glob(pattern):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _remove_socket_dir() -> None:

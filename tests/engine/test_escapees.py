@@ -42,12 +42,17 @@ def test_what_a_rank_started_outside_its_group_dies_with_the_world(tmp_path, how
 
 LAUNCHER = textwrap.dedent(
     """
-    import json, multiprocessing.forkserver, multiprocessing.resource_tracker, sys
+    import json, multiprocessing.forkserver, multiprocessing.resource_tracker, os, sys, tempfile
     sys.path.insert(0, {support!r})
     import escapefns, rankfns
     from ddpfaults import run_world
     from ddpfaults.engine import pool
+    from ddpfaults.rank.forkserver import world_dir_prefix
     if __name__ == "__main__":
+        if {left!r}:  # a world directory that a rank wrote into after it was removed: only the fork server sees it
+            left = tempfile.mkdtemp(prefix=world_dir_prefix(os.getpid()))
+            open(os.path.join(left, "late.out"), "w").close()
+            open(os.path.join({left!r}, "left_dir"), "w").write(left)
         for directory, how, kwargs in {runs!r}:
             result = run_world(escapefns.start_escapee, world_size=len(how) if isinstance(how, list) else 2,
                                args=(directory, how), kwargs=kwargs, stall=60, timeout=120)
@@ -61,12 +66,14 @@ LAUNCHER = textwrap.dedent(
 )
 
 
-def _launcher(tmp_path, runs, warm=False):
+def _launcher(tmp_path, runs, warm=False, left=None):
     """A launcher process running one world of ``start_escapee`` per ``(directory, how, kwargs)`` (2 ranks, or one
-    per kind when ``how`` lists each rank's); with
-    ``warm``, then a 3-rank world that stays in the pool (its pids printed last)."""
+    per kind when ``how`` lists each rank's); with ``warm``, then a 3-rank world that stays in the pool (its pids
+    printed last); with ``left`` (a directory), first a world directory of its own that no rank knows, named in
+    ``left/left_dir``."""
     script = tmp_path / "launcher.py"
-    script.write_text(LAUNCHER.format(support=SUPPORT, runs=[(str(d), how, kw) for d, how, kw in runs], warm=warm))
+    runs = [(str(d), how, kw) for d, how, kw in runs]
+    script.write_text(LAUNCHER.format(support=SUPPORT, runs=runs, warm=warm, left=str(left) if left else None))
     return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -108,9 +115,10 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
     """SIGKILL runs no clean-up in the launcher. Ranks 0 and 2 each started a process in a session of its own and
     wait in an all_reduce; rank 1 daemonized one and is already dead: its daemon, holding its sockets, keeps its
     peers waiting, and is below no rank any more, only below the fork server. Every process goes, and the world's
-    temp dir (the ranks remove it when they see the launcher gone). The launcher stopped by SIGINT or SIGTERM:
+    temp dir (the ranks remove it when they see the launcher gone; the fork server, what they left). The launcher
+    stopped by SIGINT or SIGTERM:
     tests/engine/test_teardown.py."""
-    launcher = _launcher(tmp_path, [(tmp_path, ["session", "daemon", "session"], {"crash_rank": 1})])
+    launcher = _launcher(tmp_path, [(tmp_path, ["session", "daemon", "session"], {"crash_rank": 1})], left=tmp_path)
     try:
         escapees = wait_for(
             lambda: len(escapefns.written_pids(tmp_path, 3)) == 3 and escapefns.written_pids(tmp_path, 3),
@@ -129,7 +137,11 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
         left = _wait_for_none_alive(everything, 15)
         assert left == [], f"alive 15 s after the launcher was killed: {left} (of {everything})"
         shared_dir = (tmp_path / "shared_dir").read_text()
-        wait_for(lambda: not os.path.exists(shared_dir), 5, "the world's temp dir to be removed")
+        world_dir = os.path.dirname(os.path.dirname(shared_dir))  # ddpfaults-world-<launcher pid>-*/job-*/shared
+        assert os.path.basename(world_dir).startswith(f"ddpfaults-world-{launcher.pid}-"), world_dir
+        wait_for(lambda: not os.path.exists(world_dir), 5, "the world's temp dir to be removed, all of it")
+        left = (tmp_path / "left_dir").read_text()  # what a late write leaves: the fork server sweeps it
+        wait_for(lambda: not os.path.exists(left), 5, f"the fork server to remove {left}")
     finally:
         if launcher.poll() is None:
             launcher.kill()
