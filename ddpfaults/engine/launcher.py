@@ -13,10 +13,9 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import engine, errors, events
+from ddpfaults import errors, events
 from ddpfaults.engine import capacity, pool, restarts
 from ddpfaults.engine.folders import check_cwd, check_output_dir
-from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan, batches, check_faults
 from ddpfaults.judge import flight, loop, recovery, resume
 from ddpfaults.judge.results import WorldResult, describe_function
@@ -89,11 +88,7 @@ def run_world(
                 spec.max_restarts,
             )
 
-    result = restarts.checking_resume(run, faults, spec)
-    engine.finished(result)
-    if require_faults_fire:
-        require_faults_fired(result)
-    return result
+    return restarts.finished_world(run, faults, spec, require_faults_fire)
 
 
 def local_spec(spec: RunSpec, world_size: int) -> RunSpec:

@@ -15,7 +15,9 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 
+from ddpfaults import engine
 from ddpfaults.errors import FaultError
+from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan
 from ddpfaults.judge import resume
 from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
@@ -83,7 +85,7 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
         result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
     last = results[-1]
     last.attempts = [summary(r, k) for k, r in enumerate(results)]
-    last.resume_records = [getattr(r, "resume_records", None) for r in results]
+    last.resume_records = [r.resume_records for r in results]
     last.unfired = [u for r in results for u in r.unfired] + [
         UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
     ]
@@ -110,4 +112,15 @@ def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> Wor
         result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
     else:
         result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
+    return result
+
+
+def finished_world(run: Callable[[Plan], WorldResult], plan: Plan, spec, require_faults_fire: bool) -> WorldResult:
+    """How ``run_world`` and ``run_script`` end: ``run(plan)`` (with the resume check when ``spec`` asks:
+    :func:`checking_resume`), handed once to the reports (:func:`ddpfaults.engine.finished`), and a
+    :class:`~ddpfaults.errors.FaultNeverFired` for a fault that never fired when ``require_faults_fire``."""
+    result = checking_resume(run, plan, spec)
+    engine.finished(result)
+    if require_faults_fire:
+        require_faults_fired(result)
     return result

@@ -19,12 +19,10 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ddpfaults import engine
 from ddpfaults.engine import restarts
 from ddpfaults.engine.folders import check_cwd, check_output_dir
 from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
-from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
@@ -77,11 +75,7 @@ def run_script(
                 spec.max_restarts,
             )
 
-    result = restarts.checking_resume(run, faults, spec)
-    engine.finished(result)
-    if require_faults_fire:
-        require_faults_fired(result)
-    return result
+    return restarts.finished_world(run, faults, spec, require_faults_fire)
 
 
 def _attempt(target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id: str, attempt: int, cwd):

@@ -305,6 +305,9 @@ class WorldResult:
     attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
     resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
     preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
+    # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.resume.read), a
+    # restarted world's one such list per attempt (ddpfaults.engine.restarts)
+    resume_records: list | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self, *given):
         values = dict(zip(SPEC_FIELDS, given, strict=True))
@@ -324,7 +327,7 @@ class WorldResult:
         """A JSON-ready dict of the whole world (its spec's settings as fields of it, :data:`SPEC_FIELDS`)."""
         data = asdict(self)
         flat = {name: getattr(self, name) for name in SPEC_FIELDS}
-        del data["spec"], data["launcher"]
+        del data["spec"], data["launcher"], data["resume_records"]
         head = list(data)[:6]  # outcome ... elapsed, then the settings, as the document has always had them
         data = {**{k: data[k] for k in head}, **flat, **{k: v for k, v in data.items() if k not in head}}
         data["outcome"] = str(self.outcome)

@@ -329,10 +329,12 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
     tracing.install_tracing()
     preempt.track_saves()
 
+    group_store = dist.PrefixStore("pg", store.clone())  # this attempt's: never a dead attempt's (pytorch#135712)
+
     def init_process_group():
-        dist.init_process_group(  # its store under this attempt's prefix: never a dead attempt's (pytorch#135712)
+        dist.init_process_group(
             pg_backend,
-            store=dist.PrefixStore("pg", store.clone()),
+            store=group_store,
             rank=env.rank,
             world_size=env.world_size,
             timeout=timedelta(seconds=spec.timeout + 30.0),
@@ -349,7 +351,7 @@ def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports:
         from ddpfaults.rank import script, seams
 
         seams.install()
-        script.use_store(dist.PrefixStore("pg", store.clone()))
+        script.use_store(group_store)
         target = script.ScriptTarget(
             case.scenario.script,
             None,
