@@ -103,13 +103,16 @@ def kept_dir(prefix: str, wanted: bool = True):
 
 def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> WorldResult:
     """``run(plan)``'s result; with ``spec.check_resume``, first ``run`` without faults (the uninterrupted run), then
-    with them, and the finding of :func:`ddpfaults.judge.resume.compare` in the result's ``resume``."""
+    with them, and the finding of :func:`ddpfaults.judge.resume.compare` in the result's ``resume`` (a run that was
+    never restarted resumed nothing: :func:`~ddpfaults.judge.resume.not_resumed`)."""
     if not spec.check_resume:
         return run(plan)
     baseline = run(Plan((), plan.world_size))
     result = run(plan)
     if baseline.outcome != Outcome.COMPLETED:
         result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
+    elif len(result.resume_records) < 2:  # one attempt: nothing resumed
+        result.resume = resume.not_resumed(str(result.outcome))
     else:
         result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
     return result

@@ -30,6 +30,7 @@ CAUSES = (
     "extra_step",
     "final_state",
     "uninterrupted_failed",
+    "not_resumed",
 )
 
 
@@ -244,7 +245,18 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
 def unchecked(outcome: str, root_cause: str) -> dict:
     """The finding when the run without faults did not complete: nothing to compare with."""
     detail = f"the run without faults {outcome} ({root_cause}): there is no uninterrupted run to compare with"
-    first = {"step": None, "ranks": [], "cause": "uninterrupted_failed", "detail": detail, "attempt": None}
+    return _unchecked("uninterrupted_failed", detail)
+
+
+def not_resumed(outcome: str) -> dict:
+    """The finding when the faulted run was never restarted (it ran once and {outcome}): nothing resumed, so nothing
+    can be called equivalent."""
+    detail = f"the faulted run was never restarted (it ran once and {outcome}): no attempt resumed from a checkpoint"
+    return _unchecked("not_resumed", detail)
+
+
+def _unchecked(cause: str, detail: str) -> dict:
+    first = {"step": None, "ranks": [], "cause": cause, "detail": detail, "attempt": None}
     return {"equivalent": False, "steps": 0, "final_identical": False, "first_difference": first}
 
 

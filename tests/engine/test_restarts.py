@@ -174,3 +174,22 @@ def test_a_script_that_restores_torch_s_rng_but_not_random_s_is_caught_naming_it
     first = result.resume["first_difference"]
     assert (first["step"], first["cause"], first["ranks"]) == (3, "rng", [0, 1]), result.report()
     assert "the RNG state differs (python random): Python's random state was not restored" in first["detail"]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivalent(world_size):
+    """At 4 ranks the script makes 4 steps per rank: a kill at step 5 never fires, nothing is restarted, nothing
+    resumed; the check says so instead of "resumed bit-equal"."""
+    result = ddpfaults.run_script(
+        RESUME_SCRIPT,
+        world_size=world_size,
+        faults=[RankKilled(rank=1, step=16 // world_size + 1)],  # steps 0-8 at 2 ranks, 0-4 at 4
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+        require_faults_fire=False,
+    )
+    assert result.outcome == "completed" and len(result.attempts) == 1, result.report()
+    assert not result.resume["equivalent"], result.report()
+    assert result.resume["first_difference"]["cause"] == "not_resumed"
+    assert "resume not checked: the faulted run was never restarted" in result.report()
