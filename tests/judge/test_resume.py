@@ -106,6 +106,27 @@ def test_an_attempt_resumed_after_the_last_step_is_judged_by_its_modules():
     assert lost["first_difference"]["cause"] == "final_state"
 
 
+def test_a_first_resumed_step_differing_with_every_input_equal_says_why_at_three_ranks_and_more():
+    for ranks in (2, 3, 4):
+        killed = [_run(4, final=None)] * ranks
+        resumed = [_resumed(BASE, 4, params="last bits")] * ranks
+        first = resume.compare([BASE] * ranks, [killed, resumed])["first_difference"]
+        assert (first["step"], first["cause"]) == (4, "parameters")
+        assert (resume.REBUILT_DDP in first["detail"]) == (ranks >= 3), (ranks, first["detail"])
+    later = resume.compare(
+        [BASE] * 3,
+        [
+            [_run(4, final=None)] * 3,
+            [
+                _resumed(BASE, 4)[:1]
+                + [{**_resumed(BASE, 4)[1], "params": "other"}, {"final": True, "modules": ["F"], "optimizers": ["F"]}]
+            ]
+            * 3,
+        ],
+    )
+    assert later["first_difference"]["step"] == 5 and resume.REBUILT_DDP not in later["first_difference"]["detail"]
+
+
 def test_a_resume_from_weights_the_run_never_had_is_named_as_such():
     finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, before="torn")]])
     assert finding["first_difference"]["cause"] == "resumed_state"
