@@ -32,8 +32,9 @@ class Expect:
     that never fires means the scenario tests nothing, which is reported as a failure.
 
     ``resume_equivalent``, ``resume_cause``, ``resume_step``: the resume check's finding (an expectation naming one
-    turns ``check_resume`` on): the restarted run bit-equal to the uninterrupted one (True) or not, the cause of its
-    first difference (one of :data:`ddpfaults.judge.resume.CAUSES`; implies not equivalent) and its step.
+    turns ``check_resume`` on): the restarted run equivalent to the uninterrupted one, bit-equal or to rounding
+    (True), or not; the cause of its first difference (one of :data:`ddpfaults.judge.resume.CAUSES`; implies not
+    equivalent) and its step.
     """
 
     outcome: Outcome
@@ -109,7 +110,7 @@ class Expect:
         if self.values_equal:
             text += " (replicas bit-equal)"
         if self.resume_equivalent:
-            text += " (resumed bit-equal)"
+            text += " (resumed equivalent)"
         if self.resume_cause or self.resume_step is not None:
             at = f" from step {self.resume_step}" if self.resume_step is not None else ""
             text += f" (resume differs{at}{': ' + self.resume_cause if self.resume_cause else ''})"

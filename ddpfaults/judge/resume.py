@@ -14,6 +14,7 @@ imports no torch.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 #: what a difference is put down to (a finding's ``cause``)
@@ -67,7 +68,9 @@ def _stepped_none(final: dict) -> bool:
 
 def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
     """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), and the attempts
-    whose resumed parameters match no step of the uninterrupted run ``(attempt, first record)``."""
+    whose resumed parameters match no step of either run ``(attempt, first record)``. A resumed attempt is laid after
+    the step whose parameters it resumed with: one of its own run's earlier steps (what it checkpointed), else one of
+    the uninterrupted run's."""
     timeline, unmatched = {}, []
     after = {rec["params"]: i for i, rec in enumerate(base)}
     for a, records in enumerate(attempts):
@@ -75,10 +78,11 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
         if not steps:
             continue
         first = steps[0].get("before")
+        own = {rec["params"]: i for i, (_, rec) in sorted(timeline.items())}
         if a == 0 or (base and first == base[0].get("before")):
             offset = 0
-        elif first in after:
-            offset = after[first] + 1
+        elif first in own or first in after:
+            offset = own.get(first, after.get(first)) + 1
         else:
             unmatched.append((a, steps[0]))
             offset = max(timeline, default=-1) + 1
@@ -87,9 +91,22 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
     return timeline, unmatched
 
 
-def _explain(step: int, rank: int, mine: dict, theirs: dict, base: list[dict], rebuilt: bool) -> tuple[str, str] | None:
-    """``(cause, detail)`` of a step that differs from the uninterrupted run's, or None when it is the same
-    (``rebuilt``: the step is a resumed attempt's first, in a world of 3 or more ranks)."""
+class _Rank:
+    """One rank's walk along the uninterrupted run's steps: the first difference found (``found``: ``(step, rank,
+    cause, detail, attempt)``), or where its steps began to differ in the last bits only (``rounding``: the step
+    and attempt; ``rng``: the first such step whose RNG state differed too, and the RNGs)."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.found: tuple | None = None
+        self.rounding: tuple[int, int] | None = None
+        self.rng: tuple[int, list[str]] | None = None
+
+
+def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict], attempt: int) -> tuple | None:
+    """``(cause, detail)`` of a step that differs from the uninterrupted run's, or None when it is the same or its
+    parameters differ where rounding may make them (``walk.rounding`` set)."""
+    rank = walk.rank
     if mine.get("batch") != theirs.get("batch"):
         seen = [i for i, rec in enumerate(base) if rec.get("batch") == mine.get("batch") and mine.get("batch")]
         differ = rngs_differing(mine, theirs)
@@ -108,46 +125,62 @@ def _explain(step: int, rank: int, mine: dict, theirs: dict, base: list[dict], r
             f"the batch rank {rank} consumed at step {step} differs from the uninterrupted run's: the data order was "
             f"not restored (a reshuffle, or the sampler's RNG){rng}"
         )
-    entering = base[step - 1].get("params") if step > 0 else theirs.get("before")
-    if "before" in mine and mine["before"] != entering:
-        return "resumed_state", (
-            f"rank {rank}'s parameters entering step {step} differ from the uninterrupted run's, with the same batch: "
-            f"the run resumed from other weights"
-        )
-    if mine.get("state") != theirs.get("state"):
-        return "optimizer_state", (
-            f"the optimizer state entering step {step} differs (rank {rank}) with the same batch and parameters: the "
-            f"optimizer's state (momentum, Adam's moments, its learning rates) was not restored"
-        )
+    resumed_here = "before" in mine  # an attempt's first step: what it resumed with is compared, bit for bit
+    if resumed_here and walk.rounding is None:
+        entering = base[step - 1].get("params") if step > 0 else theirs.get("before")
+        if mine["before"] != entering:
+            return "resumed_state", (
+                f"rank {rank}'s parameters entering step {step} differ from the uninterrupted run's, with the same "
+                f"batch: the run resumed from other weights"
+            )
+        if mine.get("state") != theirs.get("state"):
+            return "optimizer_state", (
+                f"the optimizer state entering step {step} differs (rank {rank}) with the same batch and parameters: "
+                f"the optimizer's state (momentum, Adam's moments, its learning rates) was not restored"
+            )
     if mine.get("lr") != theirs.get("lr"):
         return "learning_rate", (
             f"the learning rate at step {step} is {_lr(mine)} where the uninterrupted run had {_lr(theirs)}, with "
             f"the same batch, parameters and optimizer state: the LR scheduler's state was not restored"
         )
-    if mine.get("params") != theirs.get("params"):
-        differ = rngs_differing(mine, theirs)
-        if differ:
-            return "rng", (
-                f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, "
-                f"parameters and optimizer state, and the RNG state differs ({', '.join(differ)}): "
-                + "; ".join(_RNG_HINTS[name] for name in differ)
-            )
-        detail = (
-            f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, optimizer "
-            f"state and RNG state"
-        )
-        if rebuilt:
-            detail += f"; {REBUILT_DDP}"
-        return "parameters", detail
-    return None
+    differ = rngs_differing(mine, theirs)
+    if walk.rounding is not None:
+        if differ and walk.rng is None:
+            walk.rng = (step, differ)
+        return None
+    if mine.get("params") == theirs.get("params"):
+        return None
+    if attempt > 0:  # a resumed run: the last bits may differ (DDP made anew), the final state's values tell
+        walk.rounding = (step, attempt)
+        walk.rng = (step, differ) if differ else None
+        return None
+    if differ:
+        return "rng", _rng_detail(step, rank, differ)
+    return "parameters", (
+        f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, optimizer state "
+        f"and RNG state"
+    )
 
 
-#: why an attempt's first step can differ with every input the check sees equal (measured on torch 2.13, gloo CPU:
-#: a DDP rebuilt at step 3 of the same process differs from one trained on in the last bits at 4 ranks, not at 2)
+def _rng_detail(step: int, rank: int, differ: list[str]) -> str:
+    return (
+        f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, parameters and "
+        f"optimizer state, and the RNG state differs ({', '.join(differ)}): "
+        + "; ".join(_RNG_HINTS[name] for name in differ)
+    )
+
+
+#: the largest relative difference of a resumed run's final state (per tensor: the norm of the difference over the
+#: norm) put down to rounding, once its steps differ in the last bits with every input the check sees equal;
+#: measured on torch 2.13, gloo CPU, 48 steps of SGD or Adam at 3-8 ranks: at most 4e-7
+RTOL = 1e-5
+
+#: why a resumed run's steps can differ in the last bits with every input the check sees equal (measured on torch
+#: 2.13, gloo CPU: a DDP rebuilt at step k of the same process differs from one trained on by about 1e-8 at 3-8
+#: ranks, not at 2)
 REBUILT_DDP = (
-    "every input the check sees is equal: a DDP made anew (as a resumed run makes it) reduces its first step's "
-    "gradients otherwise than one that kept training, which at 3 or more ranks changes their sums in the last bits "
-    "(about 1e-8, measured); if the script restores everything else, this is the only difference"
+    "a DDP made anew (as a resumed run makes it) reduces its first steps' gradients otherwise than one that kept "
+    "training, which at 3 or more ranks changes their sums in the last bits"
 )
 
 
@@ -173,76 +206,129 @@ def _lr(record: dict) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) or "none"
 
 
-def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dict:
-    """The finding: ``equivalent``, ``steps`` (the uninterrupted run's, on its ranks' most), ``final_identical``, and
-    ``first_difference`` (None, or ``step``, ``ranks``, ``cause`` (one of :data:`CAUSES`), ``detail``, ``attempt``).
-    ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per attempt."""
-    found = []  # (step, rank, cause, detail, attempt)
-    for rank, base_records in enumerate(baseline):
-        base = _steps(base_records)
-        mine = [attempt[rank] if rank < len(attempt) else [] for attempt in attempts]
-        timeline, unmatched = _lay(base, mine)
-        for step in range(max(len(base), max(timeline, default=-1) + 1)):
-            if step >= len(base):
-                a = timeline[step][0]
-                found.append(
-                    (
-                        step,
-                        rank,
-                        "extra_step",
-                        f"rank {rank} ran step {step}, which the uninterrupted run never did ({len(base)} steps)",
-                        a,
-                    )
-                )
-                break
-            if step not in timeline:
-                last = attempts[-1] if attempts else []
-                found.append(
-                    (
-                        step,
-                        rank,
-                        "missing_step",
-                        f"rank {rank} never ran step {step} after "
-                        f"{len(attempts)} attempt(s) ({len(_steps(last[rank]) if rank < len(last) else [])} "
-                        f"step(s) in the last)",
-                        len(attempts) - 1,
-                    )
-                )
-                break
-            a, rec = timeline[step]
-            first = a > 0 and step == min(s for s, (k, _) in timeline.items() if k == a)
-            why = _explain(step, rank, rec, base[step], base, rebuilt=first and len(baseline) >= 3)
-            if why:
-                if any(u[0] == a for u in unmatched):
-                    why = (
-                        "resumed_state",
-                        f"attempt {a} resumed rank {rank} with parameters the uninterrupted run "
-                        f"never had (no checkpoint of its steps, or a corrupt one); its first step: {why[1]}",
-                    )
-                found.append((step, rank, *why, a))
-                break
-    final_base = [_final(r) for r in baseline]
-    final_last = [_final(r) for r in (attempts[-1] if attempts else [])]
-    final_identical = bool(final_base) and all(
-        b is not None
-        and f is not None
-        and b.get("modules") == f.get("modules")
-        and (b.get("optimizers") == f.get("optimizers") or _stepped_none(f))
-        for b, f in zip(final_base, final_last + [None] * len(final_base), strict=False)
+def relative_difference(mine: list, theirs: list) -> float:
+    """The largest per-tensor relative difference of two runs' :func:`ddpfaults.rank.resume.values` summaries (the
+    RMS of the projections' differences, or the norms' difference if larger, over the larger norm); ``inf`` when a
+    digest, a count or a kind differs."""
+    if len(mine) != len(theirs):
+        return math.inf
+    worst = 0.0
+    for a, b in zip(mine, theirs, strict=True):
+        if isinstance(a, str) or isinstance(b, str) or len(a) != len(b):
+            if a != b:
+                return math.inf
+            continue
+        projected = math.sqrt(sum((x - y) ** 2 for x, y in zip(a[1:], b[1:], strict=True)) / max(len(a) - 1, 1))
+        difference, scale = max(abs(a[0] - b[0]), projected), max(abs(a[0]), abs(b[0]))
+        if difference:
+            worst = max(worst, difference / scale if scale else math.inf)
+    return worst
+
+
+def _final_difference(base: dict, final: dict) -> float:
+    """The relative difference (:func:`relative_difference`) of two final records' modules and optimizers."""
+    pairs = list(zip(base.get("module_values") or [], final.get("module_values") or [], strict=False))
+    if len(pairs) != len(base.get("modules") or []) or len(final.get("modules") or []) != len(pairs):
+        return math.inf
+    if not _stepped_none(final):
+        optimizers = list(zip(base.get("optimizer_values") or [], final.get("optimizer_values") or [], strict=False))
+        if len(optimizers) != len(base.get("optimizers") or []) or len(final.get("optimizers") or []) != len(
+            optimizers
+        ):
+            return math.inf
+        pairs += optimizers
+    return max((relative_difference(a, b) for a, b in pairs), default=0.0)
+
+
+def _identical(base: dict | None, final: dict | None) -> bool:
+    return (
+        base is not None
+        and final is not None
+        and base.get("modules") == final.get("modules")
+        and (base.get("optimizers") == final.get("optimizers") or _stepped_none(final))
     )
-    steps = max((len(_steps(r)) for r in baseline), default=0)
-    if not found and not final_identical:
-        found.append(
-            (
-                steps,
-                None,
-                "final_state",
-                "the final state of the wrapped modules or optimizers differs "
-                "from the uninterrupted run's (or a run ended before its function returned)",
-                len(attempts) - 1,
+
+
+def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts: int) -> tuple[_Rank, float]:
+    """One rank's comparison (:class:`_Rank`) and its final state's relative difference (0 when bit-equal)."""
+    walk, base = _Rank(rank), _steps(base_records)
+    timeline, unmatched = _lay(base, mine)
+    starts = {}
+    for s, (k, _) in sorted(timeline.items()):
+        starts.setdefault(k, s)
+    for step in range(max(len(base), max(timeline, default=-1) + 1)):
+        if step >= len(base):
+            detail = f"rank {rank} ran step {step}, which the uninterrupted run never did ({len(base)} steps)"
+            walk.found = (step, rank, "extra_step", detail, timeline[step][0])
+            return walk, 0.0
+        if step not in timeline:
+            last = _steps(mine[-1]) if mine else []
+            detail = f"rank {rank} never ran step {step} after {attempts} attempt(s) ({len(last)} step(s) in the last)"
+            walk.found = (step, rank, "missing_step", detail, attempts - 1)
+            return walk, 0.0
+        a, rec = timeline[step]
+        why = _explain(step, walk, rec, base[step], base, a)
+        if any(u[0] == a for u in unmatched) and starts[a] == step:
+            why = (
+                "resumed_state",
+                f"attempt {a} resumed rank {rank} with parameters neither run ever had (no checkpoint of its steps, "
+                f"or a corrupt one)" + (f"; its first step: {why[1]}" if why else ""),
             )
+        if why:
+            walk.found = (step, rank, *why, a)
+            return walk, 0.0
+    final_base, final = _final(base_records), _final(mine[-1]) if mine else None
+    if walk.rounding is None:
+        return walk, 0.0 if _identical(final_base, final) else math.inf
+    difference = _final_difference(final_base or {}, final or {}) if final_base and final else math.inf
+    if difference > RTOL:
+        step, a = walk.rounding
+        beyond = (
+            f"the final state differs by {difference:.1e} (relative), more than rounding ({RTOL:g})"
+            if math.isfinite(difference)
+            else "the final state cannot be compared (a run ended before its function returned, or its state differs "
+            "in kind)"
         )
-    first = None
+        if walk.rng is not None:
+            step = walk.rng[0]
+            detail = f"{_rng_detail(step, rank, walk.rng[1])}; {beyond}"
+            walk.found = (step, rank, "rng", detail, timeline[step][0])
+        else:
+            walk.found = (
+                step,
+                rank,
+                "parameters",
+                f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, "
+                f"optimizer state and RNG state, and {beyond}: something the check does not see was not restored "
+                f"(an optimizer's hyperparameter, a gradient scaler, a clipping bound...)",
+                a,
+            )
+    return walk, difference
+
+
+def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dict:
+    """The finding: ``equivalent``, ``bit_equal``, ``steps`` (the uninterrupted run's, on its ranks' most),
+    ``final_identical``, ``first_difference`` (None, or ``step``, ``ranks``, ``cause`` (one of :data:`CAUSES`),
+    ``detail``, ``attempt``) and ``rounding`` (None, or where an equivalent run's resumed steps began to differ in
+    the last bits: ``step``, ``ranks``, ``attempt``, ``relative_difference`` of the final state, at most
+    :data:`RTOL`). ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per
+    attempt."""
+    walks = []
+    for rank, base_records in enumerate(baseline):
+        mine = [attempt[rank] if rank < len(attempt) else [] for attempt in attempts]
+        walks.append(_walk(rank, base_records, mine, len(attempts)))
+    found = [w.found for w, _ in walks if w.found]
+    last = attempts[-1] if attempts else []
+    finals = [_final(r) for r in last] + [None] * len(baseline)
+    final_identical = bool(baseline) and all(_identical(_final(b), f) for b, f in zip(baseline, finals, strict=False))
+    steps = max((len(_steps(r)) for r in baseline), default=0)
+    if not found and any(d > RTOL for _, d in walks):
+        detail = (
+            "the final state of the wrapped modules or optimizers differs from the uninterrupted run's (or a run ended "
+            "before its function returned)"
+        )
+        found.append((steps, None, "final_state", detail, len(attempts) - 1))
+    first, rounding = None, None
     if found:
         step = min(f[0] for f in found)
         at = [f for f in found if f[0] == step]
@@ -253,7 +339,24 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
             "detail": at[0][3],
             "attempt": at[0][4],
         }
-    return {"equivalent": first is None, "steps": steps, "final_identical": final_identical, "first_difference": first}
+    elif any(w.rounding for w, _ in walks):
+        step = min(w.rounding[0] for w, _ in walks if w.rounding)
+        rounded = [w for w, _ in walks if w.rounding and w.rounding[0] == step]
+        rounding = {
+            "step": step,
+            "ranks": [w.rank for w in rounded],
+            "attempt": rounded[0].rounding[1],
+            "relative_difference": max(d for _, d in walks),
+            "world_size": len(baseline),
+        }
+    return {
+        "equivalent": first is None,
+        "bit_equal": first is None and rounding is None,
+        "steps": steps,
+        "final_identical": final_identical,
+        "first_difference": first,
+        "rounding": rounding,
+    }
 
 
 def unchecked(outcome: str, root_cause: str) -> dict:
@@ -271,11 +374,28 @@ def not_resumed(outcome: str) -> dict:
 
 def _unchecked(cause: str, detail: str) -> dict:
     first = {"step": None, "ranks": [], "cause": cause, "detail": detail, "attempt": None}
-    return {"equivalent": False, "steps": 0, "final_identical": False, "first_difference": first}
+    return {
+        "equivalent": False,
+        "bit_equal": False,
+        "steps": 0,
+        "final_identical": False,
+        "first_difference": first,
+        "rounding": None,
+    }
 
 
 def describe(finding: dict) -> str:
     """The finding in one line of a report."""
+    rounding = finding.get("rounding")
+    if finding["equivalent"] and rounding:
+        why = f": {REBUILT_DDP}" if rounding["world_size"] >= 3 else ""
+        ranks = ", ".join(map(str, rounding["ranks"]))
+        return (
+            f"resumed equivalent to rounding: {finding['steps']} steps; every resume restored the batch, parameters, "
+            f"optimizer state, learning rate and RNG bit-equal; from step {rounding['step']} (rank {ranks}) the "
+            f"parameters differ in the last bits, the final state by {rounding['relative_difference']:.1e} "
+            f"(relative; rounding: up to {RTOL:g}){why}"
+        )
     if finding["equivalent"]:
         return f"resumed bit-equal: {finding['steps']} steps, final state identical"
     first = finding["first_difference"]

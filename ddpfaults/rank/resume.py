@@ -5,10 +5,10 @@ At every optimizer step (torch's global optimizer step hooks: every optimizer co
 its ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it),
 its state before it, each param group's learning rate, the global RNGs' states before it (torch's CPU generator,
 Python's ``random`` and, if the rank imported it, numpy's), and the batches the rank's DataLoaders yielded since the
-previous step. When the job's function returns, a final record holds the state of
-every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`). The judge compares an interrupted, resumed
-run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
-check.
+previous step. When the job's function returns, a final record holds the state of every module it wrapped in DDP
+or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as :func:`values` (what
+tells a difference in the last bits from a real one). The judge compares an interrupted, resumed run's records with
+an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the check.
 """
 
 from __future__ import annotations
@@ -61,9 +61,18 @@ def finish(ctx) -> None:
     capture, _capture = _capture, None
     if capture is None or capture.ctx is not ctx:
         return
-    modules = [wrapped.state_digest(m) for m in wrapped.wrapped_modules()]
-    optimizers = [_params_digest(o) for o in capture.optimizers]
-    capture.write({"final": True, "modules": modules, "optimizers": optimizers, "steps": capture.steps})
+    modules = wrapped.wrapped_modules()
+    params = [_params(o) for o in capture.optimizers]
+    capture.write(
+        {
+            "final": True,
+            "modules": [wrapped.state_digest(m) for m in modules],
+            "optimizers": [_digest(p) for p in params],
+            "module_values": [values(m.state_dict().values()) for m in modules],
+            "optimizer_values": [values(p) for p in params],
+            "steps": capture.steps,
+        }
+    )
     capture.file.close()
     capture.file = None
 
@@ -163,8 +172,37 @@ def _number(value):
     return value if isinstance(value, numbers.Number) else repr(value)
 
 
+def _params(optimizer) -> list:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 def _params_digest(optimizer) -> str:
-    return _digest([p for group in optimizer.param_groups for p in group["params"]])
+    return _digest(_params(optimizer))
+
+
+#: how many fixed random directions :func:`values` projects a tensor on
+PROJECTIONS = 4
+
+
+def values(tensors) -> list:
+    """Each of ``tensors`` summarised so two runs' can be compared within rounding: a floating tensor as
+    ``[norm, p1, ..., p4]``, its L2 norm and its dot products with :data:`PROJECTIONS` fixed random vectors (standard
+    normal, seeded by the tensor's size), in float64, so the RMS of two runs' projection differences estimates the
+    norm of their difference; any other value as its digest. Taken once per job, at its end."""
+    out = []
+    for value in tensors:
+        tensor = value.to_local() if hasattr(value, "to_local") else value
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            out.append(_digest(value))
+            continue
+        flat = tensor.detach().cpu().reshape(-1).to(torch.float64)
+        generator = torch.Generator().manual_seed(flat.numel())
+        projections = [
+            torch.dot(torch.randn(flat.numel(), generator=generator, dtype=torch.float64), flat).item()
+            for _ in range(PROJECTIONS)
+        ]
+        out.append([torch.linalg.vector_norm(flat).item(), *projections])
+    return out
 
 
 def _state_digest(optimizer) -> str:

@@ -1,5 +1,7 @@
 """The resume check's comparison and the preemption summary, on hand-built records and results (no process)."""
 
+import pytest
+
 from ddpfaults.judge import recovery, resume
 from ddpfaults.judge.results import FiredFault, Outcome, RankResult, RankState, WorldResult
 
@@ -9,7 +11,7 @@ def _run(steps: int, *, batch=lambda i: f"b{i}", lr=lambda i: 0.1, state=lambda 
     records = [
         {
             "i": i,
-            "before": f"p{i}",
+            **({"before": "p0"} if i == 0 else {}),  # the capture records it at an attempt's first step
             "params": f"p{i + 1}",
             "batch": [batch(i)],
             "lr": [lr(i)],
@@ -18,15 +20,30 @@ def _run(steps: int, *, batch=lambda i: f"b{i}", lr=lambda i: 0.1, state=lambda 
         }
         for i in range(steps)
     ]
-    return records + ([{"final": True, "modules": [final], "optimizers": [final]}] if final else [])
+    return records + ([_end(final)] if final else [])
 
 
-def _resumed(base: list, upto: int, *, final="F", **changed) -> list:
+VALUES = [3.0, 1.0, -2.0, 0.5, 1.5]  # a tensor's norm and 4 projections (ddpfaults.rank.resume.values)
+
+
+def _end(digest="F", scale=1.0) -> dict:
+    """A final record: one module and one optimizer of digest ``digest``, their values ``VALUES`` times ``scale``."""
+    values = [[[v * scale for v in VALUES], "int-digest"]]
+    return {
+        "final": True,
+        "modules": [digest],
+        "optimizers": [digest],
+        "module_values": values,
+        "optimizer_values": values,
+    }
+
+
+def _resumed(base: list, upto: int, *, final="F", scale=1.0, **changed) -> list:
     """The base run's steps from ``upto`` on, as an attempt that resumed from the state after step ``upto - 1``
-    (``changed``: a field's value at the first resumed step)."""
+    (``changed``: a field's value at the first resumed step; ``final``, ``scale``: its final record's)."""
     steps = [dict(r) for r in base if not r.get("final")][upto:]
     steps[0].update({"before": f"p{upto}", **changed})
-    return steps + [{"final": True, "modules": [final], "optimizers": [final]}]
+    return steps + [_end(final, scale)]
 
 
 BASE = _run(6)
@@ -35,7 +52,14 @@ BASE = _run(6)
 def test_an_interrupted_run_resumed_from_its_last_step_is_equivalent():
     killed = _run(4, final=None)  # killed at step 4: steps 0-3 ran
     finding = resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])
-    assert finding == {"equivalent": True, "steps": 6, "final_identical": True, "first_difference": None}
+    assert finding == {
+        "equivalent": True,
+        "bit_equal": True,
+        "steps": 6,
+        "final_identical": True,
+        "first_difference": None,
+        "rounding": None,
+    }
     assert resume.describe(finding) == "resumed bit-equal: 6 steps, final state identical"
 
 
@@ -61,7 +85,8 @@ def test_each_cause_is_told_by_the_first_evidence_that_differs():
         "parameters": {"params": "other"},
     }
     for cause, changed in cases.items():
-        finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, **changed)]])
+        resumed = _resumed(BASE, 4, final="G", scale=1.01, **changed)
+        finding = resume.compare([BASE], [[_run(4, final=None)], [resumed]])
         assert finding["first_difference"]["cause"] == cause, (cause, finding)
 
 
@@ -75,10 +100,12 @@ def test_the_rng_whose_state_differed_is_named():
         ("numpy", {"torch": "t4", "random": "r4"}),  # numpy imported in one run only
     ]
     for names, rng in cases:
-        finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, params="other", rng=rng)]])
+        resumed = _resumed(BASE, 4, params="other", rng=rng, final="G", scale=1.01)
+        finding = resume.compare([BASE], [[_run(4, final=None)], [resumed]])
         first = finding["first_difference"]
         assert first["cause"] == "rng" and f"the RNG state differs ({names}):" in first["detail"], (names, first)
-    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, params="other", rng=python)]])
+    resumed = _resumed(BASE, 4, params="other", rng=python, final="G", scale=1.01)
+    finding = resume.compare([BASE], [[_run(4, final=None)], [resumed]])
     detail = finding["first_difference"]["detail"]
     assert "random.setstate" in detail and "dropout" not in detail and "numpy" not in detail
 
@@ -106,25 +133,83 @@ def test_an_attempt_resumed_after_the_last_step_is_judged_by_its_modules():
     assert lost["first_difference"]["cause"] == "final_state"
 
 
-def test_a_first_resumed_step_differing_with_every_input_equal_says_why_at_three_ranks_and_more():
+def test_resumed_steps_differing_in_the_last_bits_with_every_input_equal_are_equivalent_to_rounding():
     for ranks in (2, 3, 4):
         killed = [_run(4, final=None)] * ranks
-        resumed = [_resumed(BASE, 4, params="last bits")] * ranks
-        first = resume.compare([BASE] * ranks, [killed, resumed])["first_difference"]
-        assert (first["step"], first["cause"]) == (4, "parameters")
-        assert (resume.REBUILT_DDP in first["detail"]) == (ranks >= 3), (ranks, first["detail"])
-    later = resume.compare(
-        [BASE] * 3,
-        [
-            [_run(4, final=None)] * 3,
-            [
-                _resumed(BASE, 4)[:1]
-                + [{**_resumed(BASE, 4)[1], "params": "other"}, {"final": True, "modules": ["F"], "optimizers": ["F"]}]
-            ]
-            * 3,
-        ],
+        resumed = [_resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)] * ranks
+        finding = resume.compare([BASE] * ranks, [killed, resumed])
+        assert finding["equivalent"] and not finding["bit_equal"] and not finding["final_identical"], finding
+        rounding = finding["rounding"]
+        assert (rounding["step"], rounding["ranks"], rounding["attempt"]) == (4, list(range(ranks)), 1)
+        assert 0.5e-7 < rounding["relative_difference"] < 2e-7
+        text = resume.describe(finding)
+        assert text.startswith("resumed equivalent to rounding: 6 steps; every resume restored the batch")
+        assert "from step 4 (rank 0" in text and (resume.REBUILT_DDP in text) == (ranks >= 3), text
+
+
+def test_resumed_steps_differing_beyond_rounding_in_the_end_are_a_difference_from_their_first_step():
+    resumed = _resumed(BASE, 4, final="G", scale=1.001)
+    resumed[1]["params"] = "other"  # equal at the first resumed step, then not
+    finding = resume.compare([BASE], [[_run(4, final=None)], [resumed]])
+    first = finding["first_difference"]
+    assert (first["step"], first["cause"], first["attempt"]) == (5, "parameters", 1), finding
+    assert "the final state differs by 1.0e-03 (relative), more than rounding (1e-05)" in first["detail"]
+    unreadable = _resumed(BASE, 4, params="other")
+    unreadable[-1] = {"final": True, "modules": ["G"], "optimizers": ["G"]}  # no values to compare
+    assert (
+        "cannot be compared"
+        in resume.compare([BASE], [[_run(4, final=None)], [unreadable]])["first_difference"]["detail"]
     )
-    assert later["first_difference"]["step"] == 5 and resume.REBUILT_DDP not in later["first_difference"]["detail"]
+
+
+def test_a_difference_in_what_rounding_cannot_change_is_caught_after_the_last_bits_differ():
+    rng = {"torch": "t5", "random": "r5", "numpy": "other"}
+    cases = {
+        "samples_replayed": ({"batch": ["b0"]}, 1 + 1e-7),
+        "learning_rate": ({"lr": [0.5]}, 1 + 1e-7),
+        "rng": ({"rng": rng}, 1.01),  # an RNG differing later is the cause when the end is beyond rounding
+    }
+    for cause, (changed, scale) in cases.items():
+        resumed = _resumed(BASE, 4, params="last bits", final="G", scale=scale)
+        resumed[1].update({"params": "other", **changed})
+        first = resume.compare([BASE], [[_run(4, final=None)], [resumed]])["first_difference"]
+        assert (first["step"], first["cause"]) == (5, cause), (cause, first)
+    resumed = _resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)
+    resumed[1].update({"params": "other", "rng": rng})  # the same RNG difference, with an end within rounding
+    assert resume.compare([BASE], [[_run(4, final=None)], [resumed]])["equivalent"]
+
+
+def test_an_optimizer_state_that_differs_after_a_resumed_step_is_rounding_not_a_lost_state():
+    resumed = _resumed(BASE, 3, final="G", scale=1 + 1e-8)
+    resumed[1]["state"] = "last bits"  # the momentum after step 3 rounded otherwise; the parameters did not
+    resumed[2]["params"] = "last bits"  # ... until step 5
+    finding = resume.compare([BASE], [[_run(3, final=None)], [resumed]])
+    assert finding["equivalent"] and finding["rounding"]["step"] == 5, finding
+
+
+def test_a_second_restart_from_the_run_s_own_checkpoint_is_laid_on_its_own_step():
+    first = _resumed(BASE, 2, params="q3", final=None)[:2]  # steps 2-3, their parameters off in the last bits
+    first[1].update({"params": "q4"})
+    second = [dict(r) for r in _resumed(BASE, 4, final="G", scale=1 + 1e-7)]
+    for r in second[:-1]:
+        r["params"] = "q" + r["params"][1:]
+    second[0]["before"] = "q4"  # what the first restart checkpointed after step 3
+    finding = resume.compare([BASE], [[_run(2, final=None)], [first], [second]])
+    assert finding["equivalent"] and finding["rounding"]["step"] == 2, finding
+    torn = [dict(r) for r in second[:-1]] + [second[-1]]
+    torn[0]["before"] = "torn"
+    finding = resume.compare([BASE], [[_run(2, final=None)], [first], [torn]])
+    cause = finding["first_difference"]
+    assert (cause["step"], cause["cause"], cause["attempt"]) == (4, "resumed_state", 2), finding
+    assert "neither run ever had" in cause["detail"]
+
+
+def test_relative_difference_estimates_the_difference_s_norm_over_the_norm():
+    assert resume.relative_difference([[2.0, 1.0, 1.0, 1.0, 1.0], "d"], [[2.0, 1.0, 1.0, 1.0, 1.0], "d"]) == 0.0
+    assert resume.relative_difference([[2.0, 1.0, 1.0, 1.0, 1.0]], [[2.0, 1.2, 0.8, 1.2, 0.8]]) == pytest.approx(0.1)
+    assert resume.relative_difference([[2.0, 0, 0, 0, 0]], [[2.2, 0, 0, 0, 0]]) == pytest.approx(0.2 / 2.2)
+    assert resume.relative_difference([[1.0, 0, 0, 0, 0], "d"], [[1.0, 0, 0, 0, 0], "e"]) == float("inf")
+    assert resume.relative_difference([[1.0, 0, 0, 0, 0]], []) == float("inf")
 
 
 def test_a_resume_from_weights_the_run_never_had_is_named_as_such():

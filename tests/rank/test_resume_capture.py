@@ -1,11 +1,13 @@
-"""The resume check's RNG digests, read in this process: each global generator's digest follows its state."""
+"""The resume check's capture, in this process: each global generator's digest follows its state; the final state's
+values tell a difference's size."""
 
 import random
 
 import numpy
 import torch
 
-from ddpfaults.rank.resume import rng_digests
+from ddpfaults.judge.resume import relative_difference
+from ddpfaults.rank.resume import rng_digests, values
 
 
 def test_each_global_rng_s_digest_changes_with_a_draw_and_returns_with_its_state():
@@ -36,3 +38,16 @@ def test_numpy_s_digest_sees_its_position_as_well_as_its_words():
         assert rng_digests()["numpy"] != seeded
     finally:
         numpy.random.set_state(state)
+
+
+def test_values_estimate_a_difference_s_size_and_keep_other_tensors_exact():
+    generator = torch.Generator().manual_seed(0)
+    weight, steps = torch.randn(64, 32, generator=generator), torch.tensor(7)
+    base = values([weight, steps])
+    assert values([weight.clone(), steps.clone()]) == base  # the same values: the same summary, bit for bit
+    for size in (1e-7, 1e-5, 1e-2):
+        noise = torch.randn(64, 32, generator=generator)
+        moved = weight + noise * (size * weight.norm() / noise.norm())
+        estimate = relative_difference(values([moved, steps]), base)
+        assert size / 3 < estimate < size * 3, (size, estimate)  # 4 projections: the right order of magnitude
+    assert relative_difference(values([weight, torch.tensor(8)]), base) == float("inf")  # an integer differs exactly
