@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 import time
 
 from ddpfaults import events
@@ -334,16 +335,29 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
     """Agreeing records' last collective, set beside the call sites where gloo aborted the ranks without a record
     (``verdict.gloo_aborted``: it aborts a receiver inside the collective it was making, before it can dump): ranks
     at the record's call site join it, the others group by the site they died at; the smallest group is odd. None
-    unless every unrecorded rank was aborted so and one group is the single smallest."""
+    unless every unrecorded rank was aborted so and one group is the single smallest. A rank that left no stack (it
+    died of SIGSEGV in gloo's abort) joins the aborted ranks that read the same sizes in the same size check, if
+    they all died at one site."""
     lasts = [recorded[i][-1] for i in having]
     if len({(c.signature(), c.site, c.seq) for c in lasts}) != 1:
         return None
     sites: dict = {lasts[0].site: list(having)}
+    read: dict = {}  # the sizes a size check read -> the sites of the ranks that read them
+    unplaced = []
     for rank in unrecorded:
         site = flight.stack_site(rank.stack)
-        if not gloo_aborted(rank) or site is None:
+        if not gloo_aborted(rank):
             return None
+        if site is None:
+            unplaced.append(rank)
+            continue
         sites.setdefault(site, []).append(rank.rank)
+        read.setdefault(_sizes_read(rank), set()).add(site)
+    for rank in unplaced:
+        alike = read.get(_sizes_read(rank), set()) if _sizes_read(rank) else set()
+        if len(alike) != 1:
+            return None
+        sites[next(iter(alike))].append(rank.rank)
     groups = _one_smallest(
         DivergenceGroup(tuple(sorted(members)), lasts[0])
         if site == lasts[0].site
@@ -351,6 +365,16 @@ def _beside_aborted(recorded: list[list], having: list[int], unrecorded: list[Ra
         for site, members in sites.items()
     )
     return groups and Divergence(lasts[0].seq, groups, groups[-1].ranks)
+
+
+def _sizes_read(rank: RankResult) -> tuple | None:
+    """The sizes gloo's size check compared when it aborted ``rank`` (``op.preamble.length <= op.nbytes. 128 vs
+    28``: the bytes a peer sent, the bytes the rank's collective expected), or None."""
+    found = _SIZE_CHECK.search(rank.error or "")
+    return found.groups() if found else None
+
+
+_SIZE_CHECK = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
 
 
 def _one_smallest(groups) -> tuple | None:

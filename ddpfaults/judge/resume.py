@@ -94,13 +94,13 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
 class _Rank:
     """One rank's walk along the uninterrupted run's steps: the first difference found (``found``: ``(step, rank,
     cause, detail, attempt)``), or where its steps began to differ in the last bits only (``rounding``: the step
-    and attempt; ``rng``: the first such step whose RNG state differed too, and the RNGs)."""
+    and attempt; ``rng``: the RNGs whose state differed there)."""
 
     def __init__(self, rank: int):
         self.rank = rank
         self.found: tuple | None = None
         self.rounding: tuple[int, int] | None = None
-        self.rng: tuple[int, list[str]] | None = None
+        self.rng: list[str] = []
 
 
 def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict], attempt: int) -> tuple | None:
@@ -143,16 +143,12 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
             f"the learning rate at step {step} is {_lr(mine)} where the uninterrupted run had {_lr(theirs)}, with "
             f"the same batch, parameters and optimizer state: the LR scheduler's state was not restored"
         )
+    if walk.rounding is not None or mine.get("params") == theirs.get("params"):
+        return None
     differ = rngs_differing(mine, theirs)
-    if walk.rounding is not None:
-        if differ and walk.rng is None:
-            walk.rng = (step, differ)
-        return None
-    if mine.get("params") == theirs.get("params"):
-        return None
     if attempt > 0:  # a resumed run: the last bits may differ (DDP made anew), the final state's values tell
         walk.rounding = (step, attempt)
-        walk.rng = (step, differ) if differ else None
+        walk.rng = differ
         return None
     if differ:
         return "rng", _rng_detail(step, rank, differ)
@@ -196,8 +192,11 @@ _RNG_HINTS = {
 
 def rngs_differing(mine: dict, theirs: dict) -> list[str]:
     """The names (:data:`RNGS`' values) of the global RNGs whose state before a step differs between two records
-    of it; a generator one record has and the other lacks (numpy imported in one run only) differs."""
-    a, b = mine.get("rng") or {}, theirs.get("rng") or {}
+    of it; a generator one record has and the other lacks (numpy imported in one run only) differs; none if a record
+    holds no RNG states (a faulted run's records them at an attempt's first step only)."""
+    if "rng" not in mine or "rng" not in theirs:
+        return []
+    a, b = mine["rng"] or {}, theirs["rng"] or {}
     return [name for key, name in RNGS.items() if a.get(key) != b.get(key)]
 
 
@@ -289,10 +288,8 @@ def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts:
             else "the final state cannot be compared (a run ended before its function returned, or its state differs "
             "in kind)"
         )
-        if walk.rng is not None:
-            step = walk.rng[0]
-            detail = f"{_rng_detail(step, rank, walk.rng[1])}; {beyond}"
-            walk.found = (step, rank, "rng", detail, timeline[step][0])
+        if walk.rng:
+            walk.found = (step, rank, "rng", f"{_rng_detail(step, rank, walk.rng)}; {beyond}", a)
         else:
             walk.found = (
                 step,

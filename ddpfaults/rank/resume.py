@@ -3,12 +3,14 @@ script.
 
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to
 its ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it),
-its state before it, each param group's learning rate, the global RNGs' states before it (torch's CPU generator,
-Python's ``random`` and, if the rank imported it, numpy's), and the batches the rank's DataLoaders yielded since the
-previous step. When the job's function returns, a final record holds the state of every module it wrapped in DDP
-or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as :func:`values` (what
-tells a difference in the last bits from a real one). The judge compares an interrupted, resumed run's records with
-an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the check.
+each param group's learning rate, the batches the rank's DataLoaders yielded since the previous step, and, what a
+resumed run restores, the optimizer's state and the global RNGs' states before the step (torch's CPU generator,
+Python's ``random`` and, if the rank imported it, numpy's): at every step of the run without faults, at the job's
+first step of a run with faults (the judge compares them where a run resumed). When the job's function returns, a
+final record holds the state of every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every
+optimizer's parameters, as digests and as :func:`values` (what tells a difference in the last bits from a real
+one). The judge compares an interrupted, resumed run's records with an uninterrupted run's
+(:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the check.
 """
 
 from __future__ import annotations
@@ -105,12 +107,12 @@ def _before_step(optimizer, args, kwargs) -> None:
     if not any(o is optimizer for o in capture.optimizers):
         capture.optimizers.append(optimizer)
     first = capture.steps == 0  # where a resumed attempt starts: its parameters place it on the uninterrupted run
-    capture.pending[id(optimizer)] = {
-        **({"before": _params_digest(optimizer)} if first else {}),
-        "state": _state_digest(optimizer),
-        "rng": rng_digests(),
-        "lr": [_number(group.get("lr")) for group in optimizer.param_groups],
-    }
+    pending = {"before": _params_digest(optimizer)} if first else {}
+    if first or not capture.ctx.faults:  # what an attempt resumed with is compared where it resumed: at any step of
+        pending["state"] = _state_digest(optimizer)  # the uninterrupted run, at an attempt's first of a faulted run
+        pending["rng"] = rng_digests()
+    pending["lr"] = [_number(group.get("lr")) for group in optimizer.param_groups]
+    capture.pending[id(optimizer)] = pending
 
 
 def _after_step(optimizer, args, kwargs) -> None:

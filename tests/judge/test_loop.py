@@ -212,8 +212,9 @@ def test_survivors_whose_records_split_evenly_name_no_odd_rank():
 def test_a_lone_record_is_set_beside_where_gloo_aborted_the_other_ranks():
     """rank0_only[naive_ddp_forward] as it usually ends: gloo aborted both receivers before either dumped, so rank 0's
     record (its evaluation's broadcast last) is the only one; the receivers' dying stacks put them in their training
-    step, so rank 0 is odd, the same blame as when every rank dumped. Nothing is placed by a stack that is missing, by
-    a death that was not gloo's mismatch abort, or when the stacks agree with the record."""
+    step, so rank 0 is odd, the same blame as when every rank dumped. A rank without a stack (a SIGSEGV in gloo's
+    abort) joins the aborted ranks whose size check read the same sizes; nothing is placed by a stack that is
+    missing otherwise, by a death that was not gloo's mismatch abort, or when the stacks agree with the record."""
     from ddpfaults.judge.loop import _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
 
@@ -239,6 +240,12 @@ def test_a_lone_record_is_set_beside_where_gloo_aborted_the_other_ranks():
     at_evaluate = '/home/u/eval.py", line 5 in evaluate'
     assert _divergence([rank0, died(1, at_evaluate), died(2, at_evaluate)], recorded) is None
     assert _divergence([rank0, died(1)], [[setup, buffers], []]) is None  # one against one
+    sized = "was killed by SIGABRT: what():  [enforce fail] op.preamble.length <= op.nbytes. 128 vs 28. Received data"
+    stackless = RankResult(rank=2, state=RankState.DIED, error=sized.replace("SIGABRT", "SIGSEGV"), stack="Fatal")
+    divergence = _divergence([rank0, died(1, error=sized), stackless], recorded)  # it read what rank 1 read
+    assert divergence.odd_ranks == (0,) and [g.ranks for g in divergence.groups] == [(1, 2), (0,)]
+    other = RankResult(rank=2, state=RankState.DIED, error=sized.replace("128 vs 28", "64 vs 28"))
+    assert _divergence([rank0, died(1, error=sized), other], recorded) is None
 
 
 class ExitsBetweenReads(ScriptedWorld):

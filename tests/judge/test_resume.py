@@ -163,20 +163,24 @@ def test_resumed_steps_differing_beyond_rounding_in_the_end_are_a_difference_fro
 
 
 def test_a_difference_in_what_rounding_cannot_change_is_caught_after_the_last_bits_differ():
-    rng = {"torch": "t5", "random": "r5", "numpy": "other"}
-    cases = {
-        "samples_replayed": ({"batch": ["b0"]}, 1 + 1e-7),
-        "learning_rate": ({"lr": [0.5]}, 1 + 1e-7),
-        "rng": ({"rng": rng}, 1.01),  # an RNG differing later is the cause when the end is beyond rounding
-    }
-    for cause, (changed, scale) in cases.items():
-        resumed = _resumed(BASE, 4, params="last bits", final="G", scale=scale)
+    for cause, changed in {"samples_replayed": {"batch": ["b0"]}, "learning_rate": {"lr": [0.5]}}.items():
+        resumed = _resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)
         resumed[1].update({"params": "other", **changed})
         first = resume.compare([BASE], [[_run(4, final=None)], [resumed]])["first_difference"]
         assert (first["step"], first["cause"]) == (5, cause), (cause, first)
-    resumed = _resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)
-    resumed[1].update({"params": "other", "rng": rng})  # the same RNG difference, with an end within rounding
-    assert resume.compare([BASE], [[_run(4, final=None)], [resumed]])["equivalent"]
+
+
+def test_an_rng_differing_where_the_run_resumed_is_the_cause_only_when_the_end_is_beyond_rounding():
+    rng = {"torch": "t4", "random": "r4", "numpy": "other"}
+    beyond = _resumed(BASE, 4, params="other", rng=rng, final="G", scale=1.01)
+    first = resume.compare([BASE], [[_run(4, final=None)], [beyond]])["first_difference"]
+    assert (first["step"], first["cause"]) == (4, "rng") and "differs (numpy)" in first["detail"], first
+    assert "the final state differs by 9.9e-03 (relative), more than rounding" in first["detail"]
+    within = _resumed(BASE, 4, params="last bits", rng=rng, final="G", scale=1 + 1e-7)  # numpy drawn from by nothing
+    assert resume.compare([BASE], [[_run(4, final=None)], [within]])["equivalent"]
+    later = _resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)
+    del later[1]["rng"]  # a faulted run records RNG states at an attempt's first step only: no difference to find
+    assert resume.compare([BASE], [[_run(4, final=None)], [later]])["equivalent"]
 
 
 def test_an_optimizer_state_that_differs_after_a_resumed_step_is_rounding_not_a_lost_state():
