@@ -156,7 +156,7 @@ def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
     (its step 2 against its steps 0 and 1) names ranks 0, 1, whichever rank gloo aborted and whichever record saw
     the buckets."""
     from ddpfaults.judge.attribution import attribute
-    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.divergence import first_divergence_found as _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
 
     def bucket(step):
@@ -190,7 +190,7 @@ def test_survivors_whose_records_split_evenly_name_no_odd_rank():
     """rank0_only[naive_ddp_forward]: rank 0's evaluation broadcasts BatchNorm buffers (32 elements) while ranks 1 and 2
     broadcast DDP's bucket indices (7); gloo aborts both receivers. When rank 2's dump was taken and rank 1's was not,
     the records are one against one: no group is odd, and the blame must not depend on which dump exists."""
-    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.divergence import first_divergence_found as _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
 
     buffers = Collective(1, "broadcast", [[32]], "eval.py:5 in evaluate", 0, note="DDP forward broadcast")
@@ -215,7 +215,7 @@ def test_a_lone_record_is_set_beside_where_gloo_aborted_the_other_ranks():
     step, so rank 0 is odd, the same blame as when every rank dumped. A rank without a stack (a SIGSEGV in gloo's
     abort) joins the aborted ranks whose size check read the same sizes; nothing is placed by a stack that is
     missing otherwise, by a death that was not gloo's mismatch abort, or when the stacks agree with the record."""
-    from ddpfaults.judge.loop import _divergence
+    from ddpfaults.judge.divergence import first_divergence_found as _divergence
     from ddpfaults.judge.results import Collective, RankResult, RankState
 
     setup = Collective(1, "broadcast", [[7]], "train.py:4 in main", None, note="DDP construction")
