@@ -211,3 +211,17 @@ def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind
         lost = ddpfaults.run_world(RESUME, kwargs={"optimizer": False}, **run)
         first = lost.resume["first_difference"]
         assert (first["step"], first["cause"]) == (2, "optimizer_state"), lost.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_hyperparameter_the_resume_forgot_is_caught_beyond_rounding_where_the_run_resumed(world_size):
+    """Everything the check digests is restored, but the resumed optimizer has weight decay 0: at 4 ranks, where a
+    full resume differs in the last bits, the final state's values still tell the loss from rounding."""
+    run = dict(world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    lost = ddpfaults.run_world(restartfns.forgets_weight_decay, **run)
+    assert [a["outcome"] for a in lost.attempts] == ["crashed", "completed"], lost.report()
+    first = lost.resume["first_difference"]
+    assert (first["step"], first["cause"], first["attempt"]) == (3, "parameters", 1), lost.report()
+    assert "more than rounding (1e-05)" in first["detail"]
+    kept = ddpfaults.run_world(restartfns.forgets_weight_decay, kwargs={"forget": False}, **run)
+    assert kept.resume["equivalent"], kept.report()

@@ -64,3 +64,39 @@ def dcp_saves_on_notice(ctx, steps=4, asynchronous=False):
     finally:
         signal.signal(signal.SIGTERM, previous)
     return None
+
+
+def forgets_weight_decay(ctx, steps=8, forget=True):
+    """DDP + SGD (momentum, weight decay 0.1) checkpointing to ``ctx.shared_dir`` after every step and resuming from
+    it; when ``forget``, a resumed attempt then sets weight decay 0 (a config the resume did not keep): the
+    parameters, optimizer state, learning rate, RNG and batches it resumed with are all the uninterrupted run's,
+    only what its steps do differs. Returns the attempt's first step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    path = os.path.join(ctx.shared_dir, "ckpt.pt")
+    start = 0
+    if os.path.exists(path):
+        state = torch.load(path)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["done"]
+        if forget:
+            for group in opt.param_groups:
+                group["weight_decay"] = 0.0
+    for step in range(start, steps):
+        ctx.step(step)
+        generator = torch.Generator().manual_seed(step * 100 + ctx.rank)
+        x, y = torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if ctx.rank == 0:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "done": step + 1}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        dist.barrier()
+    return start
