@@ -58,8 +58,9 @@ SCENARIO = textwrap.dedent('''
 
 RESTARTED = textwrap.dedent('''
     """A checkpointing all-reduce loop under torchrun --max-restarts 1: killed and resumed; a fault of the restart
-    only; a verdict reached before the last attempt."""
+    only; a verdict reached before the last attempt; every rank killed at once."""
     import os
+    import signal
 
     import torch
     import torch.distributed as dist
@@ -79,15 +80,22 @@ RESTARTED = textwrap.dedent('''
             expect="crashed with KeyError on rank 0",
         ),
         ddpfaults.variant("unexpected", expect="crashed"),
+        ddpfaults.variant("all_killed", kwargs={"kill_all": 2}, expect="completed"),
     ])
-    def checkpointed(ctx, steps=4, resume=True):
+    def checkpointed(ctx, steps=4, resume=True, kill_all=None):
         """Every step all-reduces, then rank 0 saves the steps done into ctx.shared_dir; returns the step it resumed
-        from (0: no checkpoint, or ``resume=False``)."""
+        from (0: no checkpoint, or ``resume=False``). In attempt 0 at step ``kill_all``, rank 0 SIGKILLs every rank,
+        itself last (as an OOM killer ending the job's cgroup does): no rank is left to judge the attempt."""
         path = os.path.join(ctx.shared_dir, "done")
         start = int(open(path).read()) if resume and os.path.exists(path) else 0
+        pids = [None] * ctx.world_size
+        dist.all_gather_object(pids, os.getpid())
         t = torch.ones(1)
         for step in range(start, steps):
             ctx.step(step)
+            if ctx.rank == 0 and ctx.attempt == 0 and step == kill_all:
+                for pid in sorted(pids, key=lambda pid: pid == os.getpid()):
+                    os.kill(pid, signal.SIGKILL)
             dist.all_reduce(t)
             if ctx.rank == 0:
                 with open(path + ".tmp", "w") as f:
@@ -296,6 +304,24 @@ def test_a_verdict_before_the_last_attempt_is_the_worlds(tmp_path, restarted):
     assert world["expectation"]["held"] is False
     assert output.count("expected crashed, observed completed: MISMATCH") == 1
     assert output.count("ddpfaults: the world's verdict came before attempt 1 (exit 1)") == 1
+
+
+def test_an_attempt_that_left_no_verdict_is_reported_as_such(tmp_path, restarted):
+    """Every rank of attempt 0 SIGKILLed at once: no rank lives to judge it, so its judge stores no verdict and
+    torchrun restarts the world on the dead workers alone. The last attempt resumes from the checkpoint and
+    completes; attempt 0 is reported crashed with no verdict: no root cause, rank, steps or seconds."""
+    code, world, _ = torchrun(tmp_path, 2, restarted("all_killed"), restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert "torchrun restarts the world" not in output  # attempt 0 was never judged
+    assert _attempts(world) == [(0, "crashed", [], []), (1, "completed", [3, 3], [])]
+    lost = world["attempts"][0]
+    assert (lost["reason"], lost["root_rank"], lost["seconds"]) == ("no verdict in torchrun's store", None, None)
+    assert lost["root_cause"].startswith("no verdict: attempt 0 left none in torchrun's store"), lost["root_cause"]
+    assert f"  attempt 0: crashed; {lost['root_cause']}\n" in output
+    assert world["outcome"] == "completed" and world["root_rank"] is None and world["expectation"]["held"] is True
+    assert [r["value"] for r in world["ranks"]] == [2, 2]  # attempt 1 resumed after attempt 0's steps 0 and 1
+    assert world["fired"] == [] and world["unfired"] == []
 
 
 def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
