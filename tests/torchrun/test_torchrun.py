@@ -342,6 +342,38 @@ def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
     assert world["attempts"][1]["steps"] in ([3, 3], [2, 2])  # 3 optimizer steps left after the checkpoint, not 6
 
 
+def test_a_preempted_script_that_saves_with_dcp_is_reported_as_saved(tmp_path):
+    """Preempt under torchrun: the notice reaches the script's own SIGTERM handler (the worker holds SIGTERM for
+    torchrun's agent), every rank saves with dcp.save (tests/support/scripts/dcp_on_notice.py, unmodified), and the
+    report's preemption says who got the notice, handled it and saved, from the ``saved`` events DCP's hook records
+    in torchrun's workers."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "dcp_on_notice.py")
+    (tmp_path / "scenario_notice.py").write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import Preempt\n\n"
+        f"notice = ddpfaults.script_scenario({script!r}, name='notice', stall=10.0, "
+        "faults=[Preempt(step=2, grace=20)], expect='completed')\n"
+    )
+    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_notice.py'}::notice")
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    saves = [[(e["step"], e["file"]) for e in r["events"] if e["k"] == "saved"] for r in world["ranks"]]
+    # the optimizer clock's step 2 starts in the script's loop step 1: that step's all-reduce carries the notice
+    assert saves == [[(2, "ckpt-1")]] * 2, saves
+    assert (tmp_path / "ckpt-1" / ".metadata").is_file() and output.count("saved ckpt-1") == 2
+    assert all(e["k"] != "terminated" for r in world["ranks"] for e in r["events"])  # not taken for torchrun's
+    assert world["preemption"] == {
+        "fault": "Preempt(step=2, grace=20)",
+        "step": 2,
+        "notified": [0, 1],
+        "handled": [0, 1],
+        "saved": [0, 1],
+        "killed_after_grace": [],
+        "last_checkpoint_step": 2,
+        "steps_lost": 0,
+    }, world["preemption"]
+    assert "saved after the notice by 0, 1" in output
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
 def test_nccl_without_cuda_is_a_clear_error(scenario, monkeypatch, capsys):
     """The worker's own entry point (in this process: the error comes before any process group or thread; the
