@@ -29,7 +29,7 @@ RESTARTED = (Outcome.CRASHED, Outcome.HUNG)
 
 def summary(result: WorldResult, attempt: int) -> dict:
     """One attempt as the report keeps it: its verdict, the faults that fired, the step each rank reached, its
-    seconds."""
+    seconds (None: not known, an attempt under torchrun that left no verdict)."""
     return {
         "attempt": attempt,
         "outcome": str(result.outcome),
@@ -38,7 +38,7 @@ def summary(result: WorldResult, attempt: int) -> dict:
         "root_rank": result.root_rank,
         "fired": [f.describe() for f in result.fired],
         "steps": [r.last_step for r in result.ranks],
-        "seconds": round(result.elapsed, 3),
+        "seconds": None if result.elapsed is None else round(result.elapsed, 3),
         "warm": result.warm,
         "preemption": result.preemption,
     }

@@ -21,7 +21,9 @@ def preemption(result) -> dict | None:
         saves += [e["step"] or 0 for e in events if e.get("k") == "saved"]
         if r.rank not in notified:
             continue
-        died_of_notice = r.exitcode is not None and r.exitcode < 0 and r.rank not in expired
+        # a torchrun judge sees no exit code: a rank that died there, not by the grace period's SIGKILL
+        died = r.exitcode < 0 if r.exitcode is not None else r.state == "died"
+        died_of_notice = died and r.rank not in expired
         if not died_of_notice:
             handled.append(r.rank)
         if notice is not None and any(e.get("k") == "saved" and e["t"] >= notice for e in events):

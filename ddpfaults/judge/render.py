@@ -61,7 +61,10 @@ def replay_line(world) -> str:
 
 
 def describe_attempt(a: dict) -> str:
-    """One attempt of a restarted world in one line: its verdict, seconds, the steps its ranks reached, its cause."""
+    """One attempt of a restarted world in one line: its verdict, seconds, the steps its ranks reached, its cause
+    (only its verdict and cause for an attempt whose seconds are not known: one that left no verdict)."""
+    if a["seconds"] is None:
+        return f"attempt {a['attempt']}: {a['outcome']}; {a['root_cause']}"
     steps = ", ".join("-" if s is None else str(s) for s in a["steps"])
     cause = "" if a["outcome"] == "completed" else f"; {a['root_cause']}"
     return f"attempt {a['attempt']}: {a['outcome']} in {a['seconds']:.2f} s, steps reached [{steps}]{cause}"

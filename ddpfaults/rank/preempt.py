@@ -59,4 +59,18 @@ def deliver(ctx, fault) -> None:
     timer = threading.Timer(fault.grace, expire)
     timer.name, timer.daemon = "ddpfaults-preempt-grace", True
     timer.start()
-    os.kill(os.getpid(), fault.signal)  # returns only if the code under test handles the signal
+    notify(fault.signal)  # returns only if the code under test handles the signal
+
+
+def notify(signum) -> None:
+    """Send this process ``signum`` as a scheduler does. A torchrun worker holds SIGTERM, SIGINT and SIGHUP blocked
+    in every thread (its signal thread takes torchrun's): the notice then goes to this thread alone, unblocked for
+    the moment, so that the code under test's handler runs (or, with none, the signal ends the rank), as locally."""
+    if signum not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        os.kill(os.getpid(), signum)
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    try:
+        signal.pthread_kill(threading.get_ident(), signum)  # delivered before it returns: unblocked, to this thread
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signum])

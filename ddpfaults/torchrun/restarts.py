@@ -96,10 +96,20 @@ def record_final(run_store, code: int) -> None:
     run_store.set("final", str(code))
 
 
+NO_VERDICT = "no verdict in torchrun's store"  # the reason of an attempt that left none (:func:`no_verdict`)
+
+
+def no_verdict(attempt: int) -> WorldResult:
+    """What the last attempt knows of attempt ``attempt`` when it left no verdict in torchrun's store (no rank lived
+    to judge it: every rank was killed at once, or its judge failed): crashed, since torchrun restarts a world only
+    when a worker failed; no root cause nor rank; its steps, seconds (None) and faults unknown (none fired, none
+    unfired)."""
+    why = f"no verdict: attempt {attempt} left none in torchrun's store; torchrun restarted it (its log says why)"
+    return WorldResult(Outcome.CRASHED, [], why, None, NO_VERDICT, None)
+
+
 def _earlier(run_store, attempt: int) -> WorldResult:
-    """Attempt ``attempt``'s judged world as its judge kept it; a crashed stand-in if it kept none (torchrun
-    restarted that attempt without a verdict: a worker held past its limit, the judge failed)."""
+    """Attempt ``attempt``'s judged world as its judge kept it, else :func:`no_verdict`."""
     if run_store.check([f"attempt/{attempt}"]):
         return WorldResult.from_dict(json.loads(run_store.get(f"attempt/{attempt}")))
-    why = f"attempt {attempt} ended without a ddpfaults verdict; torchrun restarted it (its log says why)"
-    return WorldResult(Outcome.CRASHED, [], why, None, "no verdict in torchrun's store", 0.0)
+    return no_verdict(attempt)

@@ -29,7 +29,7 @@ import threading
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import loop
+from ddpfaults.judge import loop, recovery
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.judge.watch import RankWatch, main_thread, tail, telling_line
 from ddpfaults.spec import RunSpec, StopReason
@@ -275,13 +275,16 @@ class StoreWorld(loop.Observer):
 
 
 def judge_store_world(store, *, spec: RunSpec, t0_wall: float, holds_seat, **about) -> WorldResult | None:
-    """Watch and judge the world through ``store``; None if another rank took the judge's seat meanwhile."""
+    """Watch and judge the world through ``store`` (with its preemption, as the local launcher's); None if another
+    rank took the judge's seat meanwhile."""
     world = StoreWorld(store, spec=spec, t0_wall=t0_wall, holds_seat=holds_seat)
     try:
         reason = loop.watch(world, spec)
-        return loop.judge(world, spec, reason, launcher="torchrun", **about)
+        result = loop.judge(world, spec, reason, launcher="torchrun", **about)
     except SeatLost:
         return None
+    result.preemption = recovery.preemption(result)
+    return result
 
 
 def _death_text(w: StoreRankWatch, output: str) -> str:

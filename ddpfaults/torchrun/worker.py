@@ -400,7 +400,9 @@ def main(argv=None) -> int:
     safe_id = re.sub(r"[^\w.-]", "_", f"{env.run_id}-{env.master_port}")  # every attempt's: its files carry over
     shared_dir = os.path.join(args.shared_dir or tempfile.gettempdir(), f"ddpfaults-torchrun-{safe_id}")
     os.makedirs(shared_dir, exist_ok=True)
-    output_dir = os.path.join(tempfile.gettempdir(), f"ddpfaults-torchrun-{safe_id}-{env.restart}.output")
+    tmp = tempfile.gettempdir()
+    output_dirs = [os.path.join(tmp, f"ddpfaults-torchrun-{safe_id}-{k}.output") for k in range(env.restart + 1)]
+    output_dir = output_dirs[-1]
     os.makedirs(output_dir, exist_ok=True)
     output = os.path.join(output_dir, f"rank{env.rank}.err")
     tee_stderr(output)
@@ -408,11 +410,12 @@ def main(argv=None) -> int:
     ending = run_store.clone()
 
     def cleanup():
-        """Remove the node's output dir on the way out, and its shared dir unless torchrun restarts the world (any
-        rank: after the verdict none needs them)."""
+        """Remove the node's output dir on the way out; unless torchrun restarts the world, its shared dir and the
+        earlier attempts' output dirs too (any rank: after the verdict none needs them; one whose ranks all died)."""
         shutil.rmtree(output_dir, ignore_errors=True)
         if restarts.no_restart_follows(ending, env):
-            shutil.rmtree(shared_dir, ignore_errors=True)
+            for path in (shared_dir, *output_dirs[:-1]):
+                shutil.rmtree(path, ignore_errors=True)
 
     def start_judge():
         """Start this rank's judge thread (it holds the seat)."""

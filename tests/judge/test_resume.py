@@ -266,6 +266,17 @@ def test_preemption_says_who_handled_saved_and_was_killed_and_the_steps_lost():
     assert recovery.preemption(WorldResult(Outcome.COMPLETED, ranks, "", None, "ended", 1.0)) is None
 
 
+def test_preemption_under_torchrun_counts_a_rank_that_died_without_an_exit_code_as_not_handling_it():
+    """A torchrun judge sees no exit code: a notified rank that died (not by the grace period's SIGKILL) did not
+    handle the notice; one that finished did."""
+    notice = "sent SIGTERM as a scheduler preempting the job does"
+    fired = [FiredFault(0, "Preempt(step=1)", r, 1, notice, "preempted") for r in (0, 1)]
+    ranks = [RankResult(0, RankState.FINISHED, last_step=1), RankResult(1, RankState.DIED, last_step=1)]
+    world = WorldResult(Outcome.CRASHED, ranks, "rank 1 died", 1, "ended", 1.0, fired=fired, start_method="torchrun")
+    summary = recovery.preemption(world)
+    assert (summary["notified"], summary["handled"], summary["saved"]) == ([0, 1], [0], [])
+
+
 def test_the_report_and_the_page_show_each_attempt_the_preemption_and_the_resume_finding():
     from ddpfaults.report.document import build_document
     from ddpfaults.report.html import render_html

@@ -58,8 +58,9 @@ SCENARIO = textwrap.dedent('''
 
 RESTARTED = textwrap.dedent('''
     """A checkpointing all-reduce loop under torchrun --max-restarts 1: killed and resumed; a fault of the restart
-    only; a verdict reached before the last attempt."""
+    only; a verdict reached before the last attempt; every rank killed at once."""
     import os
+    import signal
 
     import torch
     import torch.distributed as dist
@@ -79,15 +80,22 @@ RESTARTED = textwrap.dedent('''
             expect="crashed with KeyError on rank 0",
         ),
         ddpfaults.variant("unexpected", expect="crashed"),
+        ddpfaults.variant("all_killed", kwargs={"kill_all": 2}, expect="completed"),
     ])
-    def checkpointed(ctx, steps=4, resume=True):
+    def checkpointed(ctx, steps=4, resume=True, kill_all=None):
         """Every step all-reduces, then rank 0 saves the steps done into ctx.shared_dir; returns the step it resumed
-        from (0: no checkpoint, or ``resume=False``)."""
+        from (0: no checkpoint, or ``resume=False``). In attempt 0 at step ``kill_all``, rank 0 SIGKILLs every rank,
+        itself last (as an OOM killer ending the job's cgroup does): no rank is left to judge the attempt."""
         path = os.path.join(ctx.shared_dir, "done")
         start = int(open(path).read()) if resume and os.path.exists(path) else 0
+        pids = [None] * ctx.world_size
+        dist.all_gather_object(pids, os.getpid())
         t = torch.ones(1)
         for step in range(start, steps):
             ctx.step(step)
+            if ctx.rank == 0 and ctx.attempt == 0 and step == kill_all:
+                for pid in sorted(pids, key=lambda pid: pid == os.getpid()):
+                    os.kill(pid, signal.SIGKILL)
             dist.all_reduce(t)
             if ctx.rank == 0:
                 with open(path + ".tmp", "w") as f:
@@ -298,6 +306,24 @@ def test_a_verdict_before_the_last_attempt_is_the_worlds(tmp_path, restarted):
     assert output.count("ddpfaults: the world's verdict came before attempt 1 (exit 1)") == 1
 
 
+def test_an_attempt_that_left_no_verdict_is_reported_as_such(tmp_path, restarted):
+    """Every rank of attempt 0 SIGKILLed at once: no rank lives to judge it, so its judge stores no verdict and
+    torchrun restarts the world on the dead workers alone. The last attempt resumes from the checkpoint and
+    completes; attempt 0 is reported crashed with no verdict: no root cause, rank, steps or seconds."""
+    code, world, _ = torchrun(tmp_path, 2, restarted("all_killed"), restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert "torchrun restarts the world" not in output  # attempt 0 was never judged
+    assert _attempts(world) == [(0, "crashed", [], []), (1, "completed", [3, 3], [])]
+    lost = world["attempts"][0]
+    assert (lost["reason"], lost["root_rank"], lost["seconds"]) == ("no verdict in torchrun's store", None, None)
+    assert lost["root_cause"].startswith("no verdict: attempt 0 left none in torchrun's store"), lost["root_cause"]
+    assert f"  attempt 0: crashed; {lost['root_cause']}\n" in output
+    assert world["outcome"] == "completed" and world["root_rank"] is None and world["expectation"]["held"] is True
+    assert [r["value"] for r in world["ranks"]] == [2, 2]  # attempt 1 resumed after attempt 0's steps 0 and 1
+    assert world["fired"] == [] and world["unfired"] == []
+
+
 def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
     """A script case (tests/support/scripts/resume_loop.py, checkpointing into its working directory: torchrun's)
     killed at step 3 and restarted: its own env:// init_process_group gets the attempt's store, not the dead
@@ -314,6 +340,38 @@ def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
     assert [(a["outcome"], a["root_rank"]) for a in world["attempts"]] == [("crashed", 1), ("completed", None)]
     assert output.count("restart 1 port") == 2 and (tmp_path / "ckpt.pt").exists()
     assert world["attempts"][1]["steps"] in ([3, 3], [2, 2])  # 3 optimizer steps left after the checkpoint, not 6
+
+
+def test_a_preempted_script_that_saves_with_dcp_is_reported_as_saved(tmp_path):
+    """Preempt under torchrun: the notice reaches the script's own SIGTERM handler (the worker holds SIGTERM for
+    torchrun's agent), every rank saves with dcp.save (tests/support/scripts/dcp_on_notice.py, unmodified), and the
+    report's preemption says who got the notice, handled it and saved, from the ``saved`` events DCP's hook records
+    in torchrun's workers."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "dcp_on_notice.py")
+    (tmp_path / "scenario_notice.py").write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import Preempt\n\n"
+        f"notice = ddpfaults.script_scenario({script!r}, name='notice', stall=10.0, "
+        "faults=[Preempt(step=2, grace=20)], expect='completed')\n"
+    )
+    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_notice.py'}::notice")
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    saves = [[(e["step"], e["file"]) for e in r["events"] if e["k"] == "saved"] for r in world["ranks"]]
+    # the optimizer clock's step 2 starts in the script's loop step 1: that step's all-reduce carries the notice
+    assert saves == [[(2, "ckpt-1")]] * 2, saves
+    assert (tmp_path / "ckpt-1" / ".metadata").is_file() and output.count("saved ckpt-1") == 2
+    assert all(e["k"] != "terminated" for r in world["ranks"] for e in r["events"])  # not taken for torchrun's
+    assert world["preemption"] == {
+        "fault": "Preempt(step=2, grace=20)",
+        "step": 2,
+        "notified": [0, 1],
+        "handled": [0, 1],
+        "saved": [0, 1],
+        "killed_after_grace": [],
+        "last_checkpoint_step": 2,
+        "steps_lost": 0,
+    }, world["preemption"]
+    assert "saved after the notice by 0, 1" in output
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
