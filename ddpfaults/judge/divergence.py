@@ -16,11 +16,12 @@ from ddpfaults.judge.verdict import first_divergence, gloo_aborted
 
 def first_divergence_found(ranks: list[RankResult], recorded: list[list]):
     """The first divergent collective: from torch's flight recorder, over the ranks that left a dump (a rank
-    killed by a signal leaves none); failing that, from ddpfaults' tracing, which every rank has but which
-    misses what DDP and libraries call themselves; failing both, the records set beside where gloo aborted the
-    ranks that left none. The ranks compared keep the record the divergence was found in (the two number
-    collectives differently)."""
-    having = [i for i, record in enumerate(recorded) if record]
+    killed by a signal leaves none; one gloo aborted is counted as having left none: a dump it answered before, on
+    the judge's request, can end before the collective it died in); failing that, from ddpfaults' tracing, which
+    every rank has but which misses what DDP and libraries call themselves; failing both, the records set beside
+    where gloo aborted the ranks that left none. The ranks compared keep the record the divergence was found in (the
+    two number collectives differently)."""
+    having = [i for i, record in enumerate(recorded) if record and not gloo_aborted(ranks[i])]
     unrecorded = [rank for rank in ranks if rank.rank not in having]
     divergence = None
     if len(having) >= 2:

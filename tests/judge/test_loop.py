@@ -248,6 +248,28 @@ def test_a_lone_record_is_set_beside_where_gloo_aborted_the_other_ranks():
     assert _divergence([rank0, died(1, error=sized), other], recorded) is None
 
 
+def test_a_record_a_rank_gloo_aborted_left_on_an_earlier_request_is_not_its_whole_history():
+    """rank0_only[naive_ddp_forward] with plain DDP under load (1 world in 200): rank 2 had answered the judge's dump
+    request before its training step's broadcast, then gloo aborted it there; its record ends a collective early. Read
+    as its whole history it split one against one with rank 0 and nothing was blamed; set aside, rank 0's record
+    beside where gloo aborted ranks 1 and 2 blames rank 0."""
+    from ddpfaults.judge.divergence import first_divergence_found
+    from ddpfaults.judge.results import Collective, RankResult, RankState
+
+    reduce = Collective(1, "all_reduce", [[7]], "train.py:8 in step", 0)
+    step = Collective(2, "broadcast", [[7]], "train.py:9 in step", 0, note="DDP forward broadcast")
+    evaluate = Collective(3, "broadcast", [[32]], "eval.py:5 in evaluate", 0, note="DDP forward broadcast")
+    aborted = "was killed by SIGABRT: what():  op.preamble.length <= op.nbytes. 128 vs 28. Received data size"
+    stack = (
+        'File "/venv/torch/nn/parallel/distributed.py", line 1775 in _pre_forward\n'
+        '  File "/home/u/train.py", line 9 in step'
+    )
+    rank0 = RankResult(rank=0, state=RankState.RAISED, error="Connection reset by peer", collateral=True)
+    ranks = [rank0] + [RankResult(rank=r, state=RankState.DIED, error=aborted, stack=stack) for r in (1, 2)]
+    divergence = first_divergence_found(ranks, [[reduce, step, evaluate], [], [reduce]])
+    assert divergence.odd_ranks == (0,) and [g.ranks for g in divergence.groups] == [(1, 2), (0,)]
+
+
 class ExitsBetweenReads(ScriptedWorld):
     """Rank 0 writes its last event and dies between a poll's read and the liveness check that follows it (the
     launcher learns of an exit from the process, not from the event file)."""
