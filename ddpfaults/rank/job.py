@@ -117,20 +117,5 @@ def run_job(
 
 
 def warm_up(ctx) -> None:
-    """A standby world's job: its ranks join their process group and pay what a fresh process pays the first time
-    a training job builds a DDP model, steps it, draws from a DataLoader and loads a checkpoint, before the job they
-    are kept for (a restarted attempt: the standby took 20-35 ms more than a reused world to reach its first step)."""
-    import io
-
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, TensorDataset
-
-    model = torch.nn.Linear(2, 1)
-    ddp = DistributedDataParallel(model)
-    for x in DataLoader(TensorDataset(torch.zeros(2, 2)), batch_size=1):
-        ddp(x[0]).sum().backward()
-    torch.optim.SGD(model.parameters(), lr=0.1).step()
-    checkpoint = io.BytesIO()
-    torch.save(model.state_dict(), checkpoint)
-    checkpoint.seek(0)
-    model.load_state_dict(torch.load(checkpoint))
+    """A job that does nothing: a standby world's ranks join their process group (and pay a fresh process's first
+    job) before the job they are kept for."""
