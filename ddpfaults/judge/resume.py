@@ -153,8 +153,8 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
     if differ:
         return "rng", _rng_detail(step, rank, differ)
     return "parameters", (
-        f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, optimizer state "
-        f"and RNG state"
+        f"the parameters after step {step} differ (rank {rank}) with the same batch and learning rate, before any "
+        f"restart: the run is not reproducible (an unseeded RNG, a nondeterministic kernel) or a fault changed it"
     )
 
 

@@ -333,3 +333,14 @@ def test_a_run_without_faults_that_failed_leaves_nothing_to_compare_with():
         "resume not checked: the run without faults crashed (rank 0 raised KeyError: 'x'): there is no uninterrupted "
         "run to compare with"
     )
+
+
+def test_a_difference_before_any_restart_says_the_run_is_not_reproducible():
+    killed = _run(4, final=None)
+    killed[2] = {**killed[2], "params": "other"}  # attempt 0, which ran as the uninterrupted run did
+    first = resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])["first_difference"]
+    assert (first["step"], first["cause"], first["attempt"]) == (2, "parameters", 0), first
+    assert first["detail"].endswith(
+        "before any restart: the run is not reproducible (an unseeded RNG, a "
+        "nondeterministic kernel) or a fault changed it"
+    )
