@@ -295,9 +295,10 @@ def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts:
                 step,
                 rank,
                 "parameters",
-                f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, "
-                f"optimizer state and RNG state, and {beyond}: something the check does not see was not restored "
-                f"(an optimizer's hyperparameter, a gradient scaler, a clipping bound...)",
+                f"the parameters after step {step} differ (rank {rank}) with the same batch and learning rate, in "
+                f"an attempt that resumed with the uninterrupted run's parameters, optimizer state and RNG state, and "
+                f"{beyond}: something the check does not see was not restored (an optimizer's hyperparameter, a "
+                f"gradient scaler, a clipping bound...)",
                 a,
             )
     return walk, difference
