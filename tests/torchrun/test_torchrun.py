@@ -374,6 +374,29 @@ def test_a_preempted_script_that_saves_with_dcp_is_reported_as_saved(tmp_path):
     assert "saved after the notice by 0, 1" in output
 
 
+def test_a_preempted_attempt_is_requeued_by_torchrun_and_its_preemption_kept(tmp_path):
+    """Preempt with torchrun --max-restarts 1, as a scheduler requeues a preempted job: attempt 0 gets the notice at
+    step 2, every rank saves with dcp.save and stops, and the attempt ends in a restart though no rank failed;
+    attempt 1 (no notice: the fault acts in attempt 0) trains its 6 steps; the report keeps attempt 0's preemption."""
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "dcp_on_notice.py")
+    (tmp_path / "scenario_requeued.py").write_text(
+        "import ddpfaults\nfrom ddpfaults.faults import Preempt\n\n"
+        f"requeued = ddpfaults.script_scenario({script!r}, name='requeued', stall=10.0, max_restarts=1, "
+        "faults=[Preempt(step=2, grace=20)], expect='completed')\n"
+    )
+    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_requeued.py'}::requeued", restarts=1)
+    output = world["_output"]
+    assert code == 0, output[-3000:]
+    assert [(a["attempt"], a["outcome"], a["steps"]) for a in world["attempts"]] == [
+        (0, "completed", [2, 2]),
+        (1, "completed", [6, 6]),
+    ]
+    preempted = world["attempts"][0]["preemption"]
+    assert (preempted["handled"], preempted["saved"], preempted["steps_lost"]) == ([0, 1], [0, 1], 0), preempted
+    assert world["attempts"][1]["preemption"] is None and world["outcome"] == "completed"
+    assert output.count("saved ckpt-1") == 2  # attempt 0's ranks; attempt 1 was never notified
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the NCCL tests below run instead")
 def test_nccl_without_cuda_is_a_clear_error(scenario, monkeypatch, capsys):
     """The worker's own entry point (in this process: the error comes before any process group or thread; the
