@@ -66,12 +66,12 @@ def _stepped_none(final: dict) -> bool:
     return final.get("steps") == 0 and not final.get("optimizers")
 
 
-def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
-    """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), and the attempts
-    whose resumed parameters match no step of either run ``(attempt, first record)``. A resumed attempt is laid after
-    the step whose parameters it resumed with: one of its own run's earlier steps (what it checkpointed), else one of
-    the uninterrupted run's."""
-    timeline, unmatched = {}, []
+def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, dict, set]:
+    """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), each attempt's
+    first step number, and the attempts whose resumed parameters match no step of either run. A resumed attempt is
+    laid after the step whose parameters it resumed with: one of its own run's earlier steps (what it checkpointed),
+    else one of the uninterrupted run's."""
+    timeline, starts, unmatched = {}, {}, set()
     after = {rec["params"]: i for i, rec in enumerate(base)}
     for a, records in enumerate(attempts):
         steps = _steps(records)
@@ -84,11 +84,12 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, list]:
         elif first in own or first in after:
             offset = own.get(first, after.get(first)) + 1
         else:
-            unmatched.append((a, steps[0]))
+            unmatched.add(a)
             offset = max(timeline, default=-1) + 1
+        starts[a] = offset
         for i, rec in enumerate(steps):
             timeline[offset + i] = (a, rec)
-    return timeline, unmatched
+    return timeline, starts, unmatched
 
 
 class _Rank:
@@ -225,18 +226,24 @@ def relative_difference(mine: list, theirs: list) -> float:
 
 
 def _final_difference(base: dict, final: dict) -> float:
-    """The relative difference (:func:`relative_difference`) of two final records' modules and optimizers."""
-    pairs = list(zip(base.get("module_values") or [], final.get("module_values") or [], strict=False))
-    if len(pairs) != len(base.get("modules") or []) or len(final.get("modules") or []) != len(pairs):
+    """The relative difference (:func:`relative_difference`) of two final records' modules and optimizers (inf when
+    either lacks the values of one of them)."""
+    pairs = _value_pairs(base, final, "module")
+    if pairs is not None and not _stepped_none(final):
+        optimizers = _value_pairs(base, final, "optimizer")
+        pairs = None if optimizers is None else pairs + optimizers
+    if pairs is None:
         return math.inf
-    if not _stepped_none(final):
-        optimizers = list(zip(base.get("optimizer_values") or [], final.get("optimizer_values") or [], strict=False))
-        if len(optimizers) != len(base.get("optimizers") or []) or len(final.get("optimizers") or []) != len(
-            optimizers
-        ):
-            return math.inf
-        pairs += optimizers
     return max((relative_difference(a, b) for a, b in pairs), default=0.0)
+
+
+def _value_pairs(base: dict, final: dict, kind: str) -> list | None:
+    """Two final records' values of each ``kind`` (``"module"``, ``"optimizer"``) side by side; None unless both
+    hold values for every one their digests name."""
+    mine, theirs = base.get(f"{kind}_values") or [], final.get(f"{kind}_values") or []
+    if not len(mine) == len(theirs) == len(base.get(f"{kind}s") or []) == len(final.get(f"{kind}s") or []):
+        return None
+    return list(zip(mine, theirs, strict=True))
 
 
 def _identical(base: dict | None, final: dict | None) -> bool:
@@ -251,10 +258,7 @@ def _identical(base: dict | None, final: dict | None) -> bool:
 def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts: int) -> tuple[_Rank, float]:
     """One rank's comparison (:class:`_Rank`) and its final state's relative difference (0 when bit-equal)."""
     walk, base = _Rank(rank), _steps(base_records)
-    timeline, unmatched = _lay(base, mine)
-    starts = {}
-    for s, (k, _) in sorted(timeline.items()):
-        starts.setdefault(k, s)
+    timeline, starts, unmatched = _lay(base, mine)
     for step in range(max(len(base), max(timeline, default=-1) + 1)):
         if step >= len(base):
             detail = f"rank {rank} ran step {step}, which the uninterrupted run never did ({len(base)} steps)"
@@ -267,7 +271,7 @@ def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts:
             return walk, 0.0
         a, rec = timeline[step]
         why = _explain(step, walk, rec, base[step], base, a)
-        if any(u[0] == a for u in unmatched) and starts[a] == step:
+        if a in unmatched and starts[a] == step:
             why = (
                 "resumed_state",
                 f"attempt {a} resumed rank {rank} with parameters neither run ever had (no checkpoint of its steps, "

@@ -63,14 +63,14 @@ def finish(ctx) -> None:
     capture, _capture = _capture, None
     if capture is None or capture.ctx is not ctx:
         return
-    modules = wrapped.wrapped_modules()
+    states = [m.state_dict() for m in wrapped.wrapped_modules()]
     params = [_params(o) for o in capture.optimizers]
     capture.write(
         {
             "final": True,
-            "modules": [wrapped.state_digest(m) for m in modules],
+            "modules": [wrapped.state_digest(state) for state in states],
             "optimizers": [_digest(p) for p in params],
-            "module_values": [values(m.state_dict().values()) for m in modules],
+            "module_values": [values(state.values()) for state in states],
             "optimizer_values": [values(p) for p in params],
             "steps": capture.steps,
         }
@@ -193,7 +193,7 @@ def values(tensors) -> list:
     norm of their difference; any other value as its digest. Taken once per job, at its end."""
     out = []
     for value in tensors:
-        tensor = value.to_local() if hasattr(value, "to_local") else value
+        tensor = _local(value)
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             out.append(_digest(value))
             continue
@@ -218,6 +218,11 @@ def _state_digest(optimizer) -> str:
     return digest.hexdigest()
 
 
+def _local(value):
+    """A DTensor's local shard (FSDP2: what this rank holds); any other value as it is."""
+    return value.to_local() if hasattr(value, "to_local") else value
+
+
 def _digest(value) -> str:
     """A SHA-256 (hex) of a batch or state, bit for bit: tensors by dtype, shape and bytes; containers in order."""
     digest = hashlib.sha256()
@@ -227,7 +232,7 @@ def _digest(value) -> str:
 
 def _feed(digest, value) -> None:
     if isinstance(value, torch.Tensor):
-        tensor = (value.to_local() if hasattr(value, "to_local") else value).detach()
+        tensor = _local(value).detach()
         tensor = tensor if tensor.device.type == "cpu" and tensor.is_contiguous() else tensor.cpu().contiguous()
         digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
         if tensor.numel():

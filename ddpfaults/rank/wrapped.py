@@ -38,11 +38,11 @@ def _top_level() -> list[tuple]:
     return [entry for entry in _registry if id(entry[0]) not in inner]
 
 
-def state_digest(module) -> str:
-    """A SHA-256 (hex) of ``module``'s state dict, bit for bit: every entry's name, dtype, shape and bytes, in order
+def state_digest(state: dict) -> str:
+    """A SHA-256 (hex) of a module's state dict, bit for bit: every entry's name, dtype, shape and bytes, in order
     (a sharded tensor counts its local shard)."""
     digest = hashlib.sha256()
-    for name, value in module.state_dict().items():
+    for name, value in state.items():
         if hasattr(value, "to_local"):  # a DTensor (FSDP2): this rank's shard
             value = value.to_local()
         digest.update(name.encode())
@@ -62,7 +62,7 @@ def records() -> list[dict]:
     found = []
     for index, (module, kind, sharded, site) in enumerate(_top_level()):
         try:
-            digest = state_digest(module)
+            digest = state_digest(module.state_dict())
         except Exception as exc:  # noqa: BLE001 - a state that cannot be read is reported, not fatal to the job
             digest = f"unreadable: {type(exc).__name__}: {exc}"
         found.append(

@@ -324,17 +324,28 @@ def test_an_attempt_that_left_no_verdict_is_reported_as_such(tmp_path, restarted
     assert world["fired"] == [] and world["unfired"] == []
 
 
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
+
+
+def script_case(tmp_path, name: str, script: str, fault: str, **settings) -> str:
+    """The spec of a case written into ``tmp_path``: ``tests/support/scripts/<script>`` under ``fault`` (its source
+    text), expected to complete, with a 10 s stall and ``settings``."""
+    given = "".join(f"{key}={value!r}, " for key, value in settings.items())
+    path = tmp_path / f"scenario_{name}.py"
+    path.write_text(
+        f"import ddpfaults\nfrom ddpfaults.faults import {fault.split('(')[0]}\n\n"
+        f"{name} = ddpfaults.script_scenario({os.path.join(SCRIPTS, script)!r}, name={name!r}, stall=10.0, {given}"
+        f"faults=[{fault}], expect='completed')\n"
+    )
+    return f"{path}::{name}"
+
+
 def test_a_killed_script_is_restarted_on_a_fresh_process_group_store(tmp_path):
     """A script case (tests/support/scripts/resume_loop.py, checkpointing into its working directory: torchrun's)
     killed at step 3 and restarted: its own env:// init_process_group gets the attempt's store, not the dead
     attempt's addresses (pytorch#135712), and it resumes from its checkpoint."""
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "resume_loop.py")
-    (tmp_path / "scenario_loop.py").write_text(
-        "import ddpfaults\nfrom ddpfaults.faults import RankKilled\n\n"
-        f"loop = ddpfaults.script_scenario({script!r}, name='loop', max_restarts=1, stall=10.0, "
-        "faults=[RankKilled(rank=1, step=3)], expect='completed')\n"
-    )
-    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_loop.py'}::loop", restarts=1)
+    case = script_case(tmp_path, "loop", "resume_loop.py", "RankKilled(rank=1, step=3)", max_restarts=1)
+    code, world, _ = torchrun(tmp_path, 2, case, restarts=1)
     output = world["_output"]
     assert code == 0, output[-3000:]
     assert [(a["outcome"], a["root_rank"]) for a in world["attempts"]] == [("crashed", 1), ("completed", None)]
@@ -347,13 +358,8 @@ def test_a_preempted_script_that_saves_with_dcp_is_reported_as_saved(tmp_path):
     torchrun's agent), every rank saves with dcp.save (tests/support/scripts/dcp_on_notice.py, unmodified), and the
     report's preemption says who got the notice, handled it and saved, from the ``saved`` events DCP's hook records
     in torchrun's workers."""
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "dcp_on_notice.py")
-    (tmp_path / "scenario_notice.py").write_text(
-        "import ddpfaults\nfrom ddpfaults.faults import Preempt\n\n"
-        f"notice = ddpfaults.script_scenario({script!r}, name='notice', stall=10.0, "
-        "faults=[Preempt(step=2, grace=20)], expect='completed')\n"
-    )
-    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_notice.py'}::notice")
+    case = script_case(tmp_path, "notice", "dcp_on_notice.py", "Preempt(step=2, grace=20)")
+    code, world, _ = torchrun(tmp_path, 2, case)
     output = world["_output"]
     assert code == 0, output[-3000:]
     saves = [[(e["step"], e["file"]) for e in r["events"] if e["k"] == "saved"] for r in world["ranks"]]
@@ -378,13 +384,8 @@ def test_a_preempted_attempt_is_requeued_by_torchrun_and_its_preemption_kept(tmp
     """Preempt with torchrun --max-restarts 1, as a scheduler requeues a preempted job: attempt 0 gets the notice at
     step 2, every rank saves with dcp.save and stops, and the attempt ends in a restart though no rank failed;
     attempt 1 (no notice: the fault acts in attempt 0) trains its 6 steps; the report keeps attempt 0's preemption."""
-    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "dcp_on_notice.py")
-    (tmp_path / "scenario_requeued.py").write_text(
-        "import ddpfaults\nfrom ddpfaults.faults import Preempt\n\n"
-        f"requeued = ddpfaults.script_scenario({script!r}, name='requeued', stall=10.0, max_restarts=1, "
-        "faults=[Preempt(step=2, grace=20)], expect='completed')\n"
-    )
-    code, world, _ = torchrun(tmp_path, 2, f"{tmp_path / 'scenario_requeued.py'}::requeued", restarts=1)
+    case = script_case(tmp_path, "requeued", "dcp_on_notice.py", "Preempt(step=2, grace=20)", max_restarts=1)
+    code, world, _ = torchrun(tmp_path, 2, case, restarts=1)
     output = world["_output"]
     assert code == 0, output[-3000:]
     assert [(a["attempt"], a["outcome"], a["steps"]) for a in world["attempts"]] == [
