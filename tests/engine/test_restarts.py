@@ -211,6 +211,11 @@ def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind
         lost = ddpfaults.run_world(RESUME, kwargs={"optimizer": False}, **run)
         first = lost.resume["first_difference"]
         assert (first["step"], first["cause"]) == (2, "optimizer_state"), lost.report()
+    else:  # killed mid-epoch (2 steps per epoch at 4 ranks), the epoch's data restarted from its beginning
+        mid = dict(run, faults=[RankKilled(rank=3, step=1)])
+        lost = ddpfaults.run_script(RESUME_SCRIPT, ["--lose", "position"], **mid)
+        first = lost.resume["first_difference"]
+        assert (first["step"], first["cause"]) == (1, "samples_replayed"), lost.report()
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
