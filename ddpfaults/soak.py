@@ -140,8 +140,8 @@ class CaseTally:
 
     def figures(self) -> str:
         """``verdict 2.04/2.07 s after the failure (p50/p99); root rank 50/50; divergence 50/50``, or ""."""
-        p50, p99 = self.latency(50), self.latency(99)
-        parts = [f"verdict {p50:.2f}/{p99:.2f} s after the failure (p50/p99)"] if self.latencies else []
+        latency = self.fidelity()["verdict_latency"]
+        parts = [f"verdict {latency['p50']:.2f}/{latency['p99']:.2f} s after the failure (p50/p99)"] if latency else []
         matched = (("root rank", self.root_rank), ("divergence", self.first_divergence))
         return "; ".join(parts + [f"{name} {m.text()}" for name, m in matched if m])
 

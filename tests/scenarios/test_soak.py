@@ -129,6 +129,14 @@ def test_each_case_publishes_its_verdict_latency_and_how_often_rank_and_divergen
     assert "s[ok]     completed 1" in lines
 
 
+def test_a_latency_on_a_rounding_boundary_reads_the_same_in_the_line_and_the_data():
+    """0.015004 s is 0.015 in the data, which prints 0.01; the line must print what the data holds, not 0.02."""
+    (case,) = tally([(1, dataclasses.replace(_row("crash", "crashed", expected="crashed"), latency=0.015004))])
+    latency = case.to_dict()["fidelity"]["verdict_latency"]
+    assert latency["p50"] == 0.015
+    assert f"(verdict {latency['p50']:.2f}/{latency['p99']:.2f} s after" in case_lines([case])[0]
+
+
 def test_a_real_hang_cases_figures_come_from_its_own_data():
     """all_ranks_train[uneven_naive] (4 ranks: rank 1's loader is short, it finishes while the others wait in the
     next gradient all_reduce): the expected rank and collective are named, and the latency runs to the verdict from
