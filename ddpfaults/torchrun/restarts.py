@@ -52,6 +52,15 @@ def check_restarts(case, spec, faults, env, local_command: str):
     return spec.replace(max_restarts=env.max_restarts)
 
 
+def config_error_text(exc: Exception, restart: str) -> str:
+    """Rank 0's line for a configuration error: the whole error in attempt 0; in a restart (``restart``:
+    ``TORCHELASTIC_RESTART_COUNT``; torchrun restarts on any failed worker, so every attempt meets the same error)
+    only that it was met again."""
+    if restart in ("", "0"):
+        return f"ddpfaults: error: {type(exc).__name__}: {exc}"
+    return f"ddpfaults: error: attempt {restart} stopped on the configuration error again ({type(exc).__name__}: above)"
+
+
 def final_verdict(run_store) -> int | None:
     """The exit code of the world's last attempt, if one already reached its verdict (None: none did)."""
     return int(run_store.get("final")) if run_store.check(["final"]) else None

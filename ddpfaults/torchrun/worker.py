@@ -385,7 +385,7 @@ def main(argv=None) -> int:
         process_group_backend(plan.spec.backend, env)
     except DDPFaultsError as exc:
         if os.environ.get("RANK", "0") == "0":
-            print(f"ddpfaults: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(restarts.config_error_text(exc, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), file=sys.stderr)
         return EXIT_CONFIG
 
     faulthandler.enable(file=sys.stderr, all_threads=True)

@@ -1,11 +1,16 @@
 """How the last attempt under torchrun carries an earlier attempt that left no verdict in the store (no processes:
-a dict stands for torchrun's agent store; the real thing is in test_torchrun.py, -m slow)."""
+a dict stands for torchrun's agent store; the real thing is in test_torchrun.py, -m slow); a configuration error
+said whole once, not again in every attempt torchrun restarts."""
 
+import signal
 from types import SimpleNamespace
+
+import pytest
 
 from ddpfaults.faults import RankKilled, check_faults
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.torchrun import restarts
+from ddpfaults.torchrun.worker import main as worker_main
 
 
 class DictStore:
@@ -62,3 +67,23 @@ def test_the_last_attempt_reports_a_lost_one_between_judged_ones_as_it_was_known
     assert "attempt 1: crashed in" not in report and "steps reached []" not in report
     again = WorldResult.from_dict(result.to_dict())
     assert again.attempts == result.attempts
+
+
+@pytest.mark.parametrize("restart", ["0", "2"])
+def test_a_configuration_error_is_said_whole_in_attempt_0_and_only_named_in_a_restart(restart, monkeypatch, capsys):
+    """The worker's own entry point on rank 0 with a case file that does not exist: exit 2; attempt 0 prints the
+    whole error, a restart (torchrun restarts on any failed worker) one line saying it met it again."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", restart)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        code = worker_main(["no_such_scenario.py::steps"])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    err = capsys.readouterr().err
+    assert code == 2
+    whole = "ddpfaults: error: DDPFaultsError: case 'no_such_scenario.py::steps': file 'no_such_scenario.py' not found"
+    again = "ddpfaults: error: attempt 2 stopped on the configuration error again (DDPFaultsError: above)"
+    assert err.strip().splitlines() == ([whole] if restart == "0" else [again])
