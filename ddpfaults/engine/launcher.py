@@ -78,11 +78,12 @@ def run_world(
         cwd=cwd,
     )
 
-    def run(plan):
+    def run(plan, resume_watch=frozenset()):
+        watched = dataclasses.replace(work, resume_watch=resume_watch)
         with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
             return restarts.run_attempts(
                 lambda attempt: LocalWorld(
-                    work, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
+                    watched, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
                 ).run(),
                 plan,
                 spec.max_restarts,
@@ -116,6 +117,7 @@ class Work:
     step_clock: str = "ctx.step"
     script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
     cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
+    resume_watch: frozenset = frozenset()  # parameter digests entering a step where the capture records its state
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -236,6 +238,7 @@ class LocalWorld(loop.Observer):
             script=self.work.script,
             cwd=self.work.cwd,
             attempt=self.attempt,
+            resume_watch=self.work.resume_watch,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()

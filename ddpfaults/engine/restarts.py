@@ -5,8 +5,8 @@ attempt before it ran: :func:`ddpfaults.engine.pool.standby`), a fresh store (a 
 reads the dead attempt's addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUNT`` counted, and the same working
 directory and files (a function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they
 name (``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
-With ``check_resume`` the world also runs without faults first, and the two runs' optimizer steps are compared
-(:mod:`ddpfaults.judge.resume`).
+With ``check_resume`` a world that was restarted runs again without faults, and the two runs' optimizer steps are
+compared (:mod:`ddpfaults.judge.resume`).
 """
 
 from __future__ import annotations
@@ -101,18 +101,20 @@ def kept_dir(prefix: str, wanted: bool = True):
     return tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True)
 
 
-def checking_resume(run: Callable[[Plan], WorldResult], plan: Plan, spec) -> WorldResult:
-    """``run(plan)``'s result; with ``spec.check_resume``, first ``run`` without faults (the uninterrupted run), then
-    with them, and the finding of :func:`ddpfaults.judge.resume.compare` in the result's ``resume`` (a run that was
-    never restarted resumed nothing: :func:`~ddpfaults.judge.resume.not_resumed`)."""
+def checking_resume(run: Callable[..., WorldResult], plan: Plan, spec) -> WorldResult:
+    """``run(plan)``'s result; with ``spec.check_resume``, the finding of :func:`ddpfaults.judge.resume.compare` in
+    its ``resume``: when it was restarted, ``run`` again without faults (the uninterrupted run), watching the
+    parameters each attempt resumed with (``run(plan, resume_watch)``: where its optimizer and RNG states are
+    recorded); a run never restarted resumed nothing (:func:`~ddpfaults.judge.resume.not_resumed`)."""
     if not spec.check_resume:
         return run(plan)
-    baseline = run(Plan((), plan.world_size))
     result = run(plan)
+    if len(result.resume_records) < 2:  # one attempt: nothing resumed
+        result.resume = resume.not_resumed(str(result.outcome))
+        return result
+    baseline = run(Plan((), plan.world_size), resume.watch(result.resume_records))
     if baseline.outcome != Outcome.COMPLETED:
         result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
-    elif len(result.resume_records) < 2:  # one attempt: nothing resumed
-        result.resume = resume.not_resumed(str(result.outcome))
     else:
         result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
     return result

@@ -65,12 +65,12 @@ def run_script(
     restarts.check_attempts(faults, spec.max_restarts)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
 
-    def run(plan):
+    def run(plan, resume_watch=frozenset()):
         run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
         with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:  # each run's files its own
             where = target if scratch is None else dataclasses.replace(target, cwd=scratch)
             return restarts.run_attempts(
-                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt, cwd),
+                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt, cwd, resume_watch),
                 plan,
                 spec.max_restarts,
             )
@@ -78,8 +78,11 @@ def run_script(
     return restarts.finished_world(run, faults, spec, require_faults_fire)
 
 
-def _attempt(target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id: str, attempt: int, cwd):
-    """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt)."""
+def _attempt(
+    target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id, attempt, cwd, resume_watch
+):
+    """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
+    ``resume_watch``: :attr:`Work.resume_watch`."""
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
@@ -96,6 +99,7 @@ def _attempt(target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder
             replay=replay_line(target, spec, faults, cwd),
             step_clock=target.clock,
             script=True,
+            resume_watch=resume_watch,
         )
         return LocalWorld(work, faults, spec, flight_recorder_dir, attempt).run()
     finally:

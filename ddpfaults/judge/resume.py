@@ -52,6 +52,17 @@ def read(job_dir: str, world_size: int) -> list[list[dict]]:
     return ranks
 
 
+def watch(attempts: list[list[list[dict]]]) -> frozenset:
+    """The parameter digests each resumed attempt (all but the first) of an interrupted run (its records per attempt,
+    per rank) entered its first step with: where the uninterrupted run must record its optimizer and RNG states."""
+    return frozenset(
+        steps[0]["before"]
+        for ranks in attempts[1:]
+        for records in ranks
+        if (steps := _steps(records)) and "before" in steps[0]
+    )
+
+
 def _steps(records: list[dict]) -> list[dict]:
     return [r for r in records if not r.get("final")]
 
@@ -134,7 +145,7 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
                 f"rank {rank}'s parameters entering step {step} differ from the uninterrupted run's, with the same "
                 f"batch: the run resumed from other weights"
             )
-        if mine.get("state") != theirs.get("state"):
+        if "state" in theirs and mine.get("state") != theirs.get("state"):  # recorded where a run resumed
             return "optimizer_state", (
                 f"the optimizer state entering step {step} differs (rank {rank}) with the same batch and parameters: "
                 f"the optimizer's state (momentum, Adam's moments, its learning rates) was not restored"

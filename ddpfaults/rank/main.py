@@ -68,6 +68,7 @@ class Job:
     script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
     cwd: str | None = None  # the working directory while the function runs (None: the rank's own)
     attempt: int = 0  # the run of a restarted world (0: the first)
+    resume_watch: frozenset = frozenset()  # the resume check's: see ddpfaults.rank.resume.start
 
 
 def _write_result(path: str, result: dict) -> None:
@@ -252,7 +253,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         return payload
 
     if job.spec.check_resume:
-        resume.start(ctx, os.path.join(job.job_dir, f"rank{r}.resume"))
+        resume.start(ctx, os.path.join(job.job_dir, f"rank{r}.resume"), job.resume_watch)
     result = run_job(
         ctx,
         load=load,

@@ -9,6 +9,7 @@ import pytest
 
 import ddpfaults
 import restartfns
+from ddpfaults.engine import restarts
 from ddpfaults.faults import Preempt, RankKilled
 from ddpfaults.judge import resume
 from ddpfaults.judge.render import replay_line
@@ -178,9 +179,12 @@ def test_a_script_that_restores_torch_s_rng_but_not_random_s_is_caught_naming_it
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivalent(world_size):
+def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivalent(world_size, monkeypatch):
     """At 4 ranks the script makes 4 steps per rank: a kill at step 5 never fires, nothing is restarted, nothing
-    resumed; the check says so instead of "resumed bit-equal"."""
+    resumed; the check says so instead of "resumed bit-equal", and runs no uninterrupted run to compare with."""
+    runs = []
+    real = restarts.run_attempts
+    monkeypatch.setattr(restarts, "run_attempts", lambda *args: runs.append(args[1]) or real(*args))
     result = ddpfaults.run_script(
         RESUME_SCRIPT,
         world_size=world_size,
@@ -194,6 +198,7 @@ def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivale
     assert not result.resume["equivalent"], result.report()
     assert result.resume["first_difference"]["cause"] == "not_resumed"
     assert "resume not checked: the faulted run was never restarted" in result.report()
+    assert [len(plan) for plan in runs] == [1]  # the faulted run alone
 
 
 @pytest.mark.parametrize("kind", ["function", "script"])

@@ -63,6 +63,25 @@ def test_an_interrupted_run_resumed_from_its_last_step_is_equivalent():
     assert resume.describe(finding) == "resumed bit-equal: 6 steps, final state identical"
 
 
+def test_the_uninterrupted_run_watches_the_parameters_each_resumed_attempt_entered_with():
+    """Attempt 0's first step is every run's step 0 (recorded anyway); each later attempt's, on every rank, is
+    watched; a rank that left no step adds nothing."""
+    killed, second = _run(4, final=None), _run(2, final=None)
+    attempts = [[killed, killed], [_resumed(BASE, 4), []], [_resumed(BASE, 2)]]
+    assert resume.watch(attempts) == frozenset({"p4", "p2"})
+    assert resume.watch([[killed, second]]) == frozenset()
+
+
+def test_an_optimizer_state_the_uninterrupted_run_did_not_record_is_not_compared():
+    """The uninterrupted run records optimizer and RNG states only where a run resumed (its watch): a resumed step
+    it holds no state for compares what it has (the batch, the parameters, the learning rate)."""
+    base = [{k: v for k, v in r.items() if k not in ("state", "rng") or r.get("i") == 0} for r in BASE]
+    finding = resume.compare([base], [[_run(4, final=None)], [_resumed(BASE, 4, state="lost")]])
+    assert finding["equivalent"] is True and finding["first_difference"] is None
+    caught = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, state="lost")]])
+    assert (caught["first_difference"]["step"], caught["first_difference"]["cause"]) == (4, "optimizer_state")
+
+
 def test_a_step_run_again_after_the_restart_replaces_the_first_run_of_it():
     killed = _run(5, final=None)  # step 4 ran, but its checkpoint was lost: the resume redoes it
     assert resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])["equivalent"]

@@ -1,13 +1,48 @@
-"""The resume check's capture, in this process: each global generator's digest follows its state; the final state's
-values tell a difference's size."""
+"""The resume check's capture, in this process: optimizer and RNG states recorded at the first step and where the
+parameters entering a step are watched; each global generator's digest follows its state; the final state's values
+tell a difference's size."""
 
+import json
 import random
+from types import SimpleNamespace
 
 import numpy
 import torch
 
 from ddpfaults.judge.resume import relative_difference
+from ddpfaults.rank import resume, running
 from ddpfaults.rank.resume import rng_digests, values
+
+
+def _captured(path, watch=frozenset(), steps=4) -> list[dict]:
+    """The records of ``steps`` SGD steps of a seeded model, captured with ``watch``."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ctx = SimpleNamespace()
+    running.activate(ctx)
+    try:
+        resume.start(ctx, str(path), watch)
+        for _ in range(steps):
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        resume.finish(ctx)
+    finally:
+        running.activate(None)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_optimizer_and_rng_states_are_recorded_at_the_first_step_and_where_watched_parameters_enter(tmp_path):
+    plain = _captured(tmp_path / "plain")
+    assert [("state" in r, "rng" in r) for r in plain[:-1]] == [(True, True)] + [(False, False)] * 3
+    watched = _captured(tmp_path / "watched", frozenset({plain[1]["params"]}))  # the parameters entering step 2
+    assert [r.get("params") for r in watched] == [r.get("params") for r in plain]  # the same steps, seeded
+    assert [("state" in r, "rng" in r) for r in watched[:-1]] == [(True, True), (False, False), (True, True)] + [
+        (False, False)
+    ]
+    assert watched[2]["state"] != watched[0]["state"]  # the momentum entering step 2, not step 0's (none yet)
+    assert watched[-1]["final"] is True and watched[-1]["optimizers"] == plain[-1]["optimizers"]
 
 
 def test_each_global_rng_s_digest_changes_with_a_draw_and_returns_with_its_state():
@@ -51,3 +86,13 @@ def test_values_estimate_a_difference_s_size_and_keep_other_tensors_exact():
         estimate = relative_difference(values([moved, steps]), base)
         assert size / 3 < estimate < size * 3, (size, estimate)  # 4 projections: the right order of magnitude
     assert relative_difference(values([weight, torch.tensor(8)]), base) == float("inf")  # an integer differs exactly
+
+
+def test_a_tensor_met_again_is_summarised_once_and_alike():
+    """A DDP module's state holds its parameters, which its optimizer holds too: the same memory is summarised once
+    per job; a copy elsewhere in memory is summarised on its own, to the same values."""
+    weight, seen = torch.randn(16, 8, generator=torch.Generator().manual_seed(0)), {}
+    first = values([weight], seen)
+    assert values([weight.detach()], seen) == first and len(seen) == 1
+    assert values([weight.clone()], seen) == first and len(seen) == 2
+    assert values([weight.t()], seen) != first  # the same memory read another way is another tensor
