@@ -1,8 +1,9 @@
 """Restart benchmark: a world killed mid-run and restarted from its last checkpoint vs the same world fault-free.
 
-Run:  python bench/bench_restarts.py [--repeat 5] [--world-size 2] [--epochs 6]
-The training is the built-in resume scenario's loop (``scenarios/scenario_resume.py``: DDP, a shuffling
-DistributedSampler, a checkpoint after every step), fault-free on a warm world, and killed half-way
+Run:  python bench/bench_restarts.py [--repeat 5] [--world-size 2] [--epochs 6] [--wide 1024]
+The training is the built-in resume scenario's loop (``scenarios/scenario_resume.py``: DDP on a 4-16-1 MLP, a
+shuffling DistributedSampler, a checkpoint after every step), or with ``--wide W`` a DDP MLP W wide (2.1M parameters
+at 1024: ``worlds.wide_train``, 20 steps, a checkpoint every 5), fault-free on a warm world, and killed half-way
 (``RankKilled`` on rank 1, ``max_restarts=1``); and the resume check (``check_resume``) of the killed run against
 the cost of the two runs it compares. Prints the medians and the ratios (the issue's bounds: a restarted world at
 most 1.5x the fault-free one; the check no more than the two runs).
@@ -22,6 +23,7 @@ sys.path.insert(0, HERE)
 from ddpfaults import run_world  # noqa: E402
 from ddpfaults.faults import RankKilled  # noqa: E402
 from ddpfaults.scenario import builtin_dir, load_function  # noqa: E402
+from worlds import wide_train  # noqa: E402
 
 TRAIN = load_function(os.path.join(builtin_dir(), "scenario_resume.py") + ":resume_train")
 
@@ -39,23 +41,27 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--wide", type=int, default=0, help="train worlds.wide_train this wide instead")
     args = parser.parse_args()
     n, kwargs = args.world_size, {"epochs": args.epochs, "samples": 64}
     steps = args.epochs * 64 // n // 4
+    train = TRAIN
+    if args.wide:
+        train, kwargs, steps = wide_train, {"width": args.wide}, 20
     kill = [RankKilled(rank=1, step=steps // 2)]
     completed = lambda r: r.outcome == "completed"  # noqa: E731
     restarted = lambda r: completed(r) and len(r.attempts) == 2  # noqa: E731
     equivalent = lambda r: restarted(r) and r.resume["equivalent"]  # noqa: E731
-    timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs), completed)  # the fork server and a warm world
+    timed(lambda: run_world(train, world_size=n, kwargs=kwargs), completed)  # the fork server and a warm world
     free, killed, checked = [], [], []
     for _ in range(args.repeat):  # interleaved, so every side sees the same machine load
-        free.append(timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs), completed))
+        free.append(timed(lambda: run_world(train, world_size=n, kwargs=kwargs), completed))
         killed.append(
-            timed(lambda: run_world(TRAIN, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1), restarted)
+            timed(lambda: run_world(train, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1), restarted)
         )
         checked.append(
             timed(
-                lambda: run_world(TRAIN, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1, check_resume=True),
+                lambda: run_world(train, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1, check_resume=True),
                 equivalent,
             )
         )

@@ -50,3 +50,37 @@ def plain_train(ctx, batches=4):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
+
+def wide_train(ctx, width=1024, steps=20, every=5):
+    """DDP SGD steps of a 3-layer MLP ``width`` wide (2.1M parameters at 1024), resuming from the checkpoint rank 0
+    writes to the shared dir every ``every`` steps (model, optimizer, step): a model whose state is not tiny."""
+    import os
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = DistributedDataParallel(torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    path, start = os.path.join(ctx.shared_dir, "ckpt.pt"), 0
+    if os.path.exists(path):
+        state = torch.load(path)
+        model.module.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(32, width, generator=generator), torch.randint(0, 10, (32,), generator=generator))]
+    for step in range(start, steps):
+        ctx.step(step)
+        x, y = data[0]
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if ctx.rank == 0 and (step + 1) % every == 0:
+            state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        dist.barrier()
+    return steps
