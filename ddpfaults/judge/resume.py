@@ -54,13 +54,9 @@ def read(job_dir: str, world_size: int) -> list[list[dict]]:
 
 def watch(attempts: list[list[list[dict]]]) -> frozenset:
     """The parameter digests each resumed attempt (all but the first) of an interrupted run (its records per attempt,
-    per rank) entered its first step with: where the uninterrupted run must record its optimizer and RNG states."""
-    return frozenset(
-        steps[0]["before"]
-        for ranks in attempts[1:]
-        for records in ranks
-        if (steps := _steps(records)) and "before" in steps[0]
-    )
+    per rank) entered each optimizer's first step with: where the uninterrupted run must record its optimizer and
+    RNG states."""
+    return frozenset(rec["before"] for ranks in attempts[1:] for records in ranks for rec in records if "before" in rec)
 
 
 def _steps(records: list[dict]) -> list[dict]:
@@ -93,7 +89,7 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, dict, set]
         if a == 0 or (base and first == base[0].get("before")):
             offset = 0
         elif first in own or first in after:
-            offset = own.get(first, after.get(first)) + 1
+            offset = _next_step_of(base, own.get(first, after.get(first)), steps[0].get("opt", 0))
         else:
             unmatched.add(a)
             offset = max(timeline, default=-1) + 1
@@ -101,6 +97,20 @@ def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, dict, set]
         for i, rec in enumerate(steps):
             timeline[offset + i] = (a, rec)
     return timeline, starts, unmatched
+
+
+def _next_step_of(base: list[dict], step: int, opt: int) -> int:
+    """The uninterrupted run's next step after ``step`` made by optimizer ``opt`` (optimizers stepping in turn, a
+    GAN's, each count steps), else the next step."""
+    return next((i for i in range(step + 1, len(base)) if base[i].get("opt", 0) == opt), step + 1)
+
+
+def _entering(base: list[dict], step: int, mine: dict, theirs: dict):
+    """The digest of the parameters the uninterrupted run's optimizer of ``mine`` entered ``step`` with: its
+    previous step's (another optimizer's steps between), or at its first step the one recorded before it."""
+    opt = mine.get("opt", 0)
+    previous = next((base[i] for i in range(step - 1, -1, -1) if base[i].get("opt", 0) == opt), None)
+    return previous.get("params") if previous is not None else theirs.get("before")
 
 
 class _Rank:
@@ -139,8 +149,7 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
         )
     resumed_here = "before" in mine  # an attempt's first step: what it resumed with is compared, bit for bit
     if resumed_here and walk.rounding is None:
-        entering = base[step - 1].get("params") if step > 0 else theirs.get("before")
-        if mine["before"] != entering:
+        if mine["before"] != _entering(base, step, mine, theirs):
             return "resumed_state", (
                 f"rank {rank}'s parameters entering step {step} differ from the uninterrupted run's, with the same "
                 f"batch: the run resumed from other weights"

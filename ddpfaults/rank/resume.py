@@ -2,11 +2,11 @@
 script.
 
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to its
-``rank{r}.resume`` file: the optimizer's parameters after the step (and, at the job's first step, before it), each param
-group's learning rate, the batches the rank's DataLoaders yielded since the previous step, and, what a resumed run
+``rank{r}.resume`` file: the optimizer's parameters after the step (and, at its first step in the job, before it), each
+param group's learning rate, the batches the rank's DataLoaders yielded since the previous step, and, what a resumed run
 restores, the optimizer's state and the global RNGs' states before the step (torch's CPU generator, Python's ``random``
-and, if the rank imported it, numpy's): at the job's first step, and at each step entered with parameters the job was
-told to watch (the judge compares them where a run resumed: the run without faults, which runs second, watches the
+and, if the rank imported it, numpy's): at each optimizer's first step, and at each step entered with parameters the job
+was told to watch (the judge compares them where a run resumed: the run without faults, which runs second, watches the
 parameters each attempt of the run with faults resumed with). When the job's function returns, a final record holds the
 state of every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as
 digests and as :func:`values` (what tells a difference in the last bits from a real one). The judge compares an
@@ -117,8 +117,8 @@ def _before_step(optimizer, args, kwargs) -> None:
         return
     if not any(o is optimizer for o in capture.optimizers):
         capture.optimizers.append(optimizer)
-    first = capture.steps == 0  # where a resumed attempt starts: its parameters place it on the uninterrupted run
-    pending = {"before": _params_digest(optimizer)} if first else {}
+    first = id(optimizer) not in capture.entering  # the optimizer's first step in the job, where an attempt resumes:
+    pending = {"before": _params_digest(optimizer)} if first else {}  # its parameters place it on the other run
     if first or capture.entering.get(id(optimizer)) in capture.watch:  # what an attempt resumed with, where it did
         pending["state"] = _state_digest(optimizer)
         pending["rng"] = rng_digests()

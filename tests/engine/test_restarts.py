@@ -201,6 +201,19 @@ def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivale
     assert [len(plan) for plan in runs] == [1]  # the faulted run alone
 
 
+def test_two_optimizers_stepping_in_turn_resume_equivalent_and_a_state_left_out_is_caught_at_its_own_step():
+    """A GAN's two optimizers: killed at step 3 (each optimizer made 3 steps: records 0-5), resumed with both
+    restored, the check calls it bit-equal; with the second optimizer's state left out, the difference is that
+    optimizer's state at its own first resumed step (record 7), not a missing or extra step."""
+    run = dict(world_size=2, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    kept = ddpfaults.run_world(restartfns.two_optimizers, **run)
+    assert [a["outcome"] for a in kept.attempts] == ["crashed", "completed"], kept.report()
+    assert kept.resume["bit_equal"], kept.report()
+    lost = ddpfaults.run_world(restartfns.two_optimizers, kwargs={"restore_second": False}, **run)
+    first = lost.resume["first_difference"]
+    assert (first["step"], first["cause"], first["attempt"]) == (7, "optimizer_state", 1), lost.report()
+
+
 @pytest.mark.parametrize("kind", ["function", "script"])
 def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind):
     """DDP made anew reduces its first steps' gradients otherwise than a DDP that kept training: at 3+ ranks the sums

@@ -82,6 +82,36 @@ def test_an_optimizer_state_the_uninterrupted_run_did_not_record_is_not_compared
     assert (caught["first_difference"]["step"], caught["first_difference"]["cause"]) == (4, "optimizer_state")
 
 
+def _two_optimizers(end: int, start: int = 0, final="F", **changed) -> list:
+    """One rank's records of two optimizers stepping in turn (a GAN's), steps ``start``..``end - 1``: optimizer
+    ``i % 2`` makes step ``i``; each optimizer's first step in the job records what it entered with (``changed``: a
+    field's value at optimizer 1's first step)."""
+    records = []
+    for i in range(start, end):
+        opt, n = i % 2, i // 2
+        record = {"i": i, "opt": opt, "params": f"o{opt}-{n + 1}", "batch": [f"b{n}"] if opt == 0 else [], "lr": [0.1]}
+        if i < start + 2:
+            record.update(before=f"o{opt}-{n}", state=f"s{opt}-{n}", rng={"torch": f"t{n}"})
+            record.update(changed if opt == 1 else {})
+        records.append(record)
+    return records + ([_end(final)] if final else [])
+
+
+def test_a_resume_with_two_optimizers_stepping_in_turn_is_laid_on_each_one_s_step():
+    """Killed after 2 steps of each optimizer, resumed from there: the attempt is laid at step 4 (not 3: optimizer 0's
+    previous step was step 2, optimizer 1's step 3 came between), each optimizer's state compared where it resumed."""
+    base = [
+        {**r, "state": f"s{r['opt']}-{r['i'] // 2}", "rng": {"torch": f"t{r['i'] // 2}"}}
+        for r in _two_optimizers(8)[:-1]
+    ]
+    base.append(_end())
+    killed = _two_optimizers(4, final=None)
+    assert resume.compare([base], [[killed], [_two_optimizers(8, start=4)]])["equivalent"] is True
+    assert resume.watch([[killed], [_two_optimizers(8, start=4)]]) == frozenset({"o0-2", "o1-2"})
+    lost = resume.compare([base], [[killed], [_two_optimizers(8, start=4, state="lost")]])
+    assert (lost["first_difference"]["step"], lost["first_difference"]["cause"]) == (5, "optimizer_state")
+
+
 def test_a_step_run_again_after_the_restart_replaces_the_first_run_of_it():
     killed = _run(5, final=None)  # step 4 ran, but its checkpoint was lost: the resume redoes it
     assert resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])["equivalent"]

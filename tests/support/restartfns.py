@@ -100,3 +100,36 @@ def forgets_weight_decay(ctx, steps=8, forget=True):
             os.replace(path + ".tmp", path)
         dist.barrier()
     return start
+
+
+def two_optimizers(ctx, steps=6, restore_second=True):
+    """DDP over two layers, each with its own SGD (momentum) stepping in turn as a GAN's generator and discriminator
+    do, checkpointing both to ``ctx.shared_dir`` after every step and resuming from it; unless ``restore_second`` a
+    resumed attempt leaves the second optimizer's state out. Returns the attempt's first step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    ddp = DistributedDataParallel(torch.nn.Sequential(first, second))
+    opts = [torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9) for layer in (first, second)]
+    path, start = os.path.join(ctx.shared_dir, "ckpt.pt"), 0
+    if os.path.exists(path):
+        state = torch.load(path)
+        ddp.module.load_state_dict(state["model"])
+        for opt, saved in zip(opts if restore_second else opts[:1], state["opts"], strict=False):
+            opt.load_state_dict(saved)
+        start = state["done"]
+    for step in range(start, steps):
+        ctx.step(step)
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+        for opt in opts:
+            opt.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        for opt in opts:
+            opt.step()
+        if ctx.rank == 0:
+            state = {"model": ddp.module.state_dict(), "opts": [o.state_dict() for o in opts], "done": step + 1}
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        dist.barrier()
+    return start
