@@ -70,10 +70,9 @@ def wide_train(ctx, width=1024, steps=20, every=5):
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
     generator = torch.Generator().manual_seed(1)
-    data = [(torch.randn(32, width, generator=generator), torch.randint(0, 10, (32,), generator=generator))]
+    x, y = torch.randn(32, width, generator=generator), torch.randint(0, 10, (32,), generator=generator)
     for step in range(start, steps):
         ctx.step(step)
-        x, y = data[0]
         loss = torch.nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()

@@ -38,14 +38,13 @@ _capture = None  # the running job's capture, when its spec asks for the resume 
 
 
 class Capture:
-    """One job's records, appended to ``path`` as JSON lines."""
+    """One job's records, appended to ``path`` as JSON lines (``watch``: see :func:`start`)."""
 
-    def __init__(self, ctx, path: str):
-        self.ctx, self.path = ctx, path
+    def __init__(self, ctx, path: str, watch: frozenset):
+        self.ctx, self.path, self.watch = ctx, path, watch
         self.batches: list[str] = []  # digests of the batches drawn since the last optimizer step
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.entering: dict = {}  # optimizer id -> the digest of its parameters after its last step
-        self.watch: frozenset = frozenset()  # parameter digests entering a step whose state and RNGs are recorded
         self.steps = 0
         self.optimizers: list = []
         self.file = None
@@ -58,13 +57,12 @@ class Capture:
 
 
 def start(ctx, path: str, watch: frozenset = frozenset()) -> None:
-    """Capture the job's optimizer steps into ``path``, recording the optimizer state and RNG states at the first
-    step and at every step entered with parameters whose digest is in ``watch``."""
+    """Capture the job's optimizer steps into ``path``, recording the optimizer state and RNG states at each
+    optimizer's first step and at every step entered with parameters whose digest is in ``watch``."""
     global _capture
     install()
     wrapped.forget()  # a warm rank's earlier jobs wrapped modules too
-    _capture = Capture(ctx, path)
-    _capture.watch = watch
+    _capture = Capture(ctx, path, watch)
 
 
 def finish(ctx) -> None:
@@ -221,7 +219,7 @@ def values(tensors, seen: dict | None = None) -> list:
                 for _ in range(PROJECTIONS)
             ]
             seen[key] = [torch.linalg.vector_norm(flat).item(), *projections]
-        out.append(list(seen[key]))
+        out.append(seen[key])
     return out
 
 
