@@ -284,6 +284,9 @@ def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts:
             detail = f"rank {rank} ran step {step}, which the uninterrupted run never did ({len(base)} steps)"
             walk.found = (step, rank, "extra_step", detail, timeline[step][0])
             return walk, 0.0
+        if step not in timeline and any(s > step and a not in unmatched for a, s in starts.items()):
+            continue  # a later attempt resumed with the state after it: a peer's checkpoint held it (a rank killed
+            # between two optimizers' steps of one batch, its replica saved after both)
         if step not in timeline:
             last = _steps(mine[-1]) if mine else []
             detail = f"rank {rank} never ran step {step} after {attempts} attempt(s) ({len(last)} step(s) in the last)"

@@ -214,6 +214,20 @@ def test_two_optimizers_stepping_in_turn_resume_equivalent_and_a_state_left_out_
     assert (first["step"], first["cause"], first["attempt"]) == (7, "optimizer_state", 1), lost.report()
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_script_killed_between_its_two_optimizers_steps_resumes_bit_equal(world_size):
+    """Counted by optimizer steps, a kill at step 3 lands between the second batch's two optimizer steps: rank 1 never
+    runs step 3, its replica runs it and checkpoints, and the restart resumes after it: nothing lost, bit-equal. With
+    the second optimizer's state left out, the difference is that state at its first resumed step (5)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "support", "scripts", "two_optimizers.py")
+    run = dict(world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    kept = ddpfaults.run_script(script, **run)
+    assert kept.attempts[0]["steps"][1] == 3 and kept.resume["bit_equal"], kept.report()  # rank 1 stopped at 3
+    lost = ddpfaults.run_script(script, ["--lose-second"], **run)
+    first = lost.resume["first_difference"]
+    assert (first["step"], first["cause"]) == (5, "optimizer_state"), lost.report()
+
+
 @pytest.mark.parametrize("kind", ["function", "script"])
 def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind):
     """DDP made anew reduces its first steps' gradients otherwise than a DDP that kept training: at 3+ ranks the sums

@@ -112,6 +112,21 @@ def test_a_resume_with_two_optimizers_stepping_in_turn_is_laid_on_each_one_s_ste
     assert (lost["first_difference"]["step"], lost["first_difference"]["cause"]) == (5, "optimizer_state")
 
 
+def test_a_step_a_rank_never_ran_but_resumed_past_is_no_loss_a_step_never_reached_is():
+    """Rank killed between its two optimizers' steps of one batch (it ran step 2, not 3) while its replica ran both and
+    checkpointed: the attempt resumes at step 4 with the state after step 3, so step 3 was not lost. A step after the
+    last attempt's is still missing."""
+    base = [
+        {**r, "state": f"s{r['opt']}-{r['i'] // 2}", "rng": {"torch": f"t{r['i'] // 2}"}}
+        for r in _two_optimizers(8)[:-1]
+    ]
+    base.append(_end())
+    killed = _two_optimizers(3, final=None)
+    assert resume.compare([base], [[killed], [_two_optimizers(8, start=4)]])["equivalent"] is True
+    short = resume.compare([base], [[killed], [_two_optimizers(6, start=4)]])
+    assert (short["first_difference"]["step"], short["first_difference"]["cause"]) == (6, "missing_step")
+
+
 def test_a_step_run_again_after_the_restart_replaces_the_first_run_of_it():
     killed = _run(5, final=None)  # step 4 ran, but its checkpoint was lost: the resume redoes it
     assert resume.compare([BASE], [[killed], [_resumed(BASE, 4)]])["equivalent"]
