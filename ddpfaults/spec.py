@@ -232,9 +232,9 @@ class RunSpec:
     (:data:`PLACES`); the options, marker keys, scenario keywords and ``docs/options.md`` are made from it.
 
     ``timeout`` is the hard wall-clock cap, start-up included; ``stall`` the window without progress after which
-    a world whose live ranks all wait on their peers is hung (shorter than ``timeout``); ``startup`` the limit on
-    start-up (until every rank has joined the process group), within ``timeout``: a world is never judged by the
-    stall rule while its ranks are still joining. ``peer_failure="exit"`` lets a
+    a world whose live ranks all wait on their peers is hung (shorter than ``timeout``); ``startup`` an upper bound
+    on start-up (until every rank has joined the process group), within ``timeout`` (by default the timeout bounds
+    it): start-up is judged by the same evidence as the rest of a world. ``peer_failure="exit"`` lets a
     failed rank exit (gloo-native), ``"linger"`` keeps it alive with its sockets open (NCCL-like). ``reuse``
     runs on a warm world of the same shape when one is pooled.
     """
@@ -260,8 +260,10 @@ class RunSpec:
         places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
     )
     startup: float = seconds_setting(
-        30.0,
-        help="limit in seconds on a world's start-up (every rank joining the process group), within the timeout",
+        300.0,
+        help="upper bound in seconds on a world's start-up (every rank joining the process group), within the "
+        "timeout: a rank still starting then (importing, computing) times the world out, one that never joined and "
+        "is idle hangs it",
         places=(CLI, PYTEST, MARKER),
     )
     seed: int = setting(
@@ -349,7 +351,7 @@ class RunSpec:
 
     @property
     def startup_limit(self) -> float:
-        """Seconds start-up may take before the world is judged hung: ``startup``, at most ``timeout``."""
+        """Seconds start-up may take before the world is stopped: ``startup``, at most ``timeout``."""
         return min(self.startup, self.timeout)
 
     @property

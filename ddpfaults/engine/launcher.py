@@ -43,12 +43,13 @@ def run_world(
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
     ``settings`` are keywords naming fields of :class:`~ddpfaults.spec.RunSpec` (``docs/options.md``); those left
-    out (or None) come from ``spec``, else the defaults (timeout 60 s, stall 2 s, start-up 30 s, seed 0, gloo,
+    out (or None) come from ``spec``, else the defaults (timeout 60 s, stall 2 s, start-up 300 s, seed 0, gloo,
     peer_failure exit, forkserver, 1 thread). ``timeout`` is the
     hard wall-clock cap, start-up included; ``stall`` the window without progress after which a world whose live
-    ranks all wait on their peers is judged hung; ``startup`` the limit on start-up (the fork server importing
+    ranks all wait on their peers is judged hung; ``startup`` an upper bound on start-up (the fork server importing
     torch, the ranks starting and joining the process group), within ``timeout``: a rendezvous still in progress
-    is never judged by the stall rule. ``peer_failure="exit"`` lets a failed rank exit (gloo-native: peers see
+    or a rank still importing is never judged hung. ``peer_failure="exit"`` lets a failed rank exit (gloo-native:
+    peers see
     "Connection closed by peer"); ``"linger"`` keeps it alive with its sockets open (NCCL-like: peers hang).
     ``reuse`` (default: on; ``DDPFAULTS_REUSE=0`` in the environment: off) runs a fault-free or data-only plan on a
     pooled warm world of its shape and pools this one if it stays healthy. ``flight_recorder_dir``: a folder for every
@@ -314,9 +315,9 @@ class LocalWorld(loop.Observer):
         yet (gloo tells its peers only when the failed process is gone, which can take seconds under load)."""
         return [now if w.exit_time is None else w.exit_time for w in self.watches if w.exit_time or w.ended == "failed"]
 
-    def cpu(self, i: int) -> float | None:
-        """CPU seconds from /proc."""
-        return cpu_seconds(self.procs[i].pid)
+    def cpu(self, i: int, main: bool = False) -> float | None:
+        """CPU seconds (``main``: of its main thread alone) from /proc."""
+        return cpu_seconds(self.procs[i].pid, main)
 
     def runnable(self, i: int, threads: bool = False) -> bool | None:
         """Its main thread (``threads``: any of its threads) running or waiting for a CPU (/proc state R)."""

@@ -5,13 +5,17 @@ Two observers exist: the local launcher's (rank files and processes on this mach
 :mod:`ddpfaults.torchrun.store`). The rules live here once:
 
 - a world has *ended* when no rank is live (every rank finished, failed or died);
-- while its ranks are still joining the process group (start-up), it is never judged hung by the stall rule,
-  only by the start-up limit (:attr:`StopReason.STARTUP`, ``spec.startup_limit``) or the timeout;
 - it is *hung* (:attr:`StopReason.STALL`) when no rank made progress for ``stall`` seconds and every live
   rank waits on its peers: inside a traced collective or store wait, or (untraced) with its main-thread
   stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
   idle outside collectives is never hung; in ``peer_failure="exit"`` mode gloo is first given
   :data:`PEER_EXIT_GRACE` to tell the peers of a failure;
+- starved is not blocked: a rank whose main thread is runnable, ran in the window (:class:`CpuWindow`), or did not
+  answer its stack request (it did not get the CPU to) keeps the world alive, whatever its events say;
+- start-up (some rank has not joined the process group yet) is judged by the same evidence: a rendezvous every
+  unjoined rank has entered is in progress, and a rank importing or computing is starting; at the start-up limit
+  (:attr:`StopReason.STARTUP`, ``spec.startup_limit``, at most the timeout) the ranks still starting are kept in
+  ``observer.still_starting`` (the world then timed out; none: the ranks that never joined were idle: hung);
 - it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
   collective a peer can never make (:mod:`ddpfaults.judge.prover`, :mod:`ddpfaults.judge.deadlock`);
 - in ``peer_failure="exit"`` mode it is *crashed* at once (:attr:`StopReason.ABANDONED`) when a rank failed and every
@@ -31,10 +35,11 @@ from ddpfaults import events
 from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.divergence import first_divergence_found
-from ddpfaults.judge.prover import Prover, abandoned
+from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     decide,
+    is_importing,
     is_waiting_stack,
     mark_collateral,
     unfired_faults,
@@ -59,6 +64,7 @@ class Observer:
     t0: float
     failed_where = "raised; exiting"
     proof: deadlock.Proof | None = None  # what :func:`watch` proved, when it stopped with StopReason.PROVEN
+    still_starting: tuple = ()  # the ranks :func:`watch` found still starting when it stopped at start-up's limit
 
     def poll(self, wait: float) -> None:
         """Wait up to ``wait`` seconds for news, then bring every rank's watch up to date."""
@@ -72,8 +78,8 @@ class Observer:
         """When this observer saw ranks fail or die (monotonic times)."""
         raise NotImplementedError
 
-    def cpu(self, i: int) -> float | None:
-        """Rank ``i``'s CPU seconds so far (None if unknown)."""
+    def cpu(self, i: int, main: bool = False) -> float | None:
+        """Rank ``i``'s CPU seconds so far (``main``: its main thread's alone); None if unknown."""
         raise NotImplementedError
 
     def runnable(self, i: int, threads: bool = False) -> bool | None:
@@ -141,6 +147,7 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
     last_assessed = 0.0
     failure_seen = False
     prover = Prover(observer, spec)
+    window = CpuWindow(observer)
     while True:
         quiet = time.monotonic() - max(w.last_progress for w in observer.watches)
         observer.poll(min(POLL_MAX, max(POLL_MIN, quiet / 20)))
@@ -168,18 +175,49 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             stop = StopReason.TIMEOUT
         else:
             stop = observer.stop_requested(now)
-        if stop is None and starting:
-            continue  # ranks still joining are slow, not hung: the stall rule waits for the rendezvous
         if stop is not None:
             observer.collect_stacks(live)
+            if starting:
+                observer.still_starting = tuple(_still_starting(observer, live, now, window))
             return stop
         if _PROVE and prover.proved(now):
             return StopReason.PROVEN
-        quiet = now - max(w.last_progress for w in observer.watches)
-        if quiet >= spec.stall and now - last_assessed >= min(spec.stall / 4, 0.5):
+        last = max(w.last_progress for w in observer.watches)
+        window.update(live, last, now, spec.stall)
+        if now - last >= spec.stall and now - last_assessed >= min(spec.stall / 4, 0.5):
             last_assessed = now
-            if not _recent_failure(observer, spec, now) and _all_blocked(observer, live, now):
+            if not _recent_failure(observer, spec, now) and _all_blocked(observer, live, now, window, starting):
                 return StopReason.STALL
+
+
+class CpuWindow:
+    """Each live rank's main-thread CPU time, sampled once per quiet spell half a stall window into it: a rank whose
+    main thread ran since is computing, however small its share of a core (256 ranks on 2 cores get a few ms each
+    per second), not waiting. A main thread blocked in a collective uses no CPU at all."""
+
+    def __init__(self, observer: Observer):
+        self.observer = observer
+        self.spell = None  # the last progress the spell began with
+        self.stall = 0.0  # the stall window
+        self.taken: float | None = None  # when the sample was taken (None: not yet in this spell)
+        self.cpu: dict[int, float] = {}
+
+    def update(self, live: list[int], last_progress: float, now: float, stall: float) -> None:
+        """Start a new spell at new progress; take the sample once the spell is half a stall window old."""
+        self.stall = stall
+        if last_progress != self.spell:
+            self.spell, self.taken, self.cpu = last_progress, None, {}
+        if self.taken is None and now - last_progress >= stall / 2:
+            self.taken = now
+            self.cpu = {i: t for i in live if (t := self.observer.cpu(i, main=True)) is not None}
+
+    def covers(self, now: float) -> bool:
+        """True once the sample is half a stall window old (or this observer cannot tell a main thread's CPU)."""
+        return self.taken is not None and (not self.cpu or now - self.taken >= self.stall / 2)
+
+    def ran(self, indices: list[int]) -> list[int]:
+        """The ranks among ``indices`` whose main thread used CPU since the sample."""
+        return [i for i in indices if i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]]
 
 
 def _starting(observer: Observer, now: float) -> bool:
@@ -195,26 +233,60 @@ def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
     return bool(seen) and now - max(seen) < PEER_EXIT_GRACE
 
 
-def _all_blocked(observer: Observer, live: list[int], now: float) -> bool:
-    """True if every live rank waits on its peers (traced wait, or a waiting stack and no CPU)."""
-    unsure = []
+def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWindow, starting: bool) -> bool:
+    """True if every live rank waits on its peers (traced wait, or a waiting stack and no CPU), none of them computing
+    however starved (runnable, its main thread ran in the ``window``, or it did not answer its stack request), and
+    (``starting``: some rank has not joined the process group) not every unjoined rank in the rendezvous."""
+    unsure, polling = [], []
     for i in live:
         w = observer.watches[i]
         if not w.events:
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
-        if w.waiting_in() is not None:
+        if (call := w.waiting_in()) is not None:
+            if call.op == "init_process_group" or call.op.startswith("store."):
+                polling.append(i)  # a FileStore wait polls its file: its main thread uses a little CPU
             continue
         if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
             return False  # computing: slow, not hung
         unsure.append(i)
+    if starting and all(in_rendezvous(observer.watches[i]) is not None for i in live if not observer.watches[i].joined):
+        return False  # every rank that has not joined is in the rendezvous: it is under way, however slow
+    if not window.covers(now):
+        return False  # the evidence of the main threads' CPU is not in yet
+    if window.ran([i for i in live if i not in polling]) or _any_runnable(observer, live):
+        return False  # computing with a small share of a core (more ranks than cores): slow, not hung
     if unsure:
-        if _any_runnable(observer, unsure):
-            return False  # computing with a small share of a core (more ranks than cores): slow, not hung
         observer.collect_stacks(unsure)
         if not all(is_waiting_stack(observer.watches[i].stack) for i in unsure):
             return False
-    observer.collect_stacks([i for i in live if i not in unsure])
-    return True
+    waiting = [i for i in live if i not in unsure]
+    observer.collect_stacks(waiting)
+    last = max(w.last_progress for w in observer.watches)
+    observer.poll(0)  # what the ranks wrote meanwhile: a rank that left its collective made progress
+    if max(w.last_progress for w in observer.watches) != last:
+        return False
+    return all(observer.watches[i].stack is not None for i in waiting if observer.watches[i].events)
+
+
+def _still_starting(observer: Observer, live: list[int], now: float, window: CpuWindow) -> list[int]:
+    """The live ranks, not joined and not in the rendezvous, still starting when start-up's limit came (their stacks
+    just taken): no event yet, no stack (it did not get the CPU to answer), importing, or computing (busy since its
+    last event, its main thread ran in the ``window``, or runnable). The others that never joined were idle."""
+    found = []
+    for i in live:
+        w = observer.watches[i]
+        if w.joined or in_rendezvous(w) is not None:
+            continue
+        if (
+            not w.events
+            or w.stack is None
+            or is_importing(w.stack)
+            or is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now)
+            or window.ran([i])
+            or _any_runnable(observer, [i])
+        ):
+            found.append(i)
+    return found
 
 
 def _any_runnable(observer: Observer, indices: list[int]) -> bool:
@@ -238,6 +310,7 @@ def rank_result(
         last_step=w.step,
         collectives=[dataclasses.replace(c, seq=n) for n, c in enumerate(w.collectives, 1)],  # #N is the N-th
         fired=w.fired,
+        starting=i in observer.still_starting,
         **observer.describe(i),
     )
     reported = observer.reported(i)
@@ -314,7 +387,8 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
     deviation = None if finished else culprits(done, fired)
-    decision = decide(ranks, divergence, reason, deadline=spec.timeout, stall=spec.stall, deviation=deviation)
+    deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
+    decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
     for rank in ranks:
         rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0

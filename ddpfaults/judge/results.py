@@ -231,6 +231,7 @@ class RankResult:
     output: str = ""  # the captured stdout+stderr (tail)
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
     timed_out: bool = False  # still running (or blocked) when its world timed out while making progress
+    starting: bool = False  # never joined the process group and still starting (importing, computing) when judged
     wrapped: list[dict] = field(default_factory=list)  # the modules it wrapped in DDP/FSDP, their state's digest
 
     @property

@@ -55,10 +55,15 @@ def innermost_frame(stack: str | None) -> str | None:
     return None
 
 
+def is_importing(stack: str | None) -> bool:
+    """True if a rank's main-thread stack shows an import in progress (computing, however long it takes)."""
+    return "importlib._bootstrap" in (stack or "")
+
+
 def is_waiting_stack(stack: str | None) -> bool:
     """True if a rank's main-thread stack shows it inside torch.distributed, DDP or autograd's backward."""
     frame = innermost_frame(stack)
-    if frame is None or "importlib._bootstrap" in (stack or ""):
+    if frame is None or is_importing(stack):
         return False  # an import in progress (even of torch.distributed code) is computing, not waiting
     return any(p.search(frame) for p in WAITING_FRAMES)
 
@@ -241,9 +246,12 @@ def world_outcome(
     ranks: list[RankResult], reason: str, *, deadline: float | None = None, stall: float = 0.0
 ) -> Outcome:
     """completed if every rank finished; timed out if the hard timeout, ``deadline`` seconds after the start,
-    stopped a world still making progress (:func:`progressing`, ``stall`` its window); hung if the world was
-    stopped otherwise (stall, start-up limit, or a timeout that found it stuck); else crashed."""
+    stopped a world still making progress (:func:`progressing`, ``stall`` its window), or it or the start-up limit
+    found a rank still starting (:attr:`RankResult.starting`: importing, computing; no rank failed); hung if the
+    world was stopped otherwise (stall, start-up limit, or a timeout that found it stuck); else crashed."""
     if reason == StopReason.TIMEOUT and deadline is not None and progressing(ranks, deadline, stall):
+        return Outcome.TIMED_OUT
+    if reason in (StopReason.TIMEOUT, StopReason.STARTUP) and starting(ranks):
         return Outcome.TIMED_OUT
     if StopReason(reason).hung:
         return Outcome.HUNG
@@ -275,6 +283,34 @@ def progressing(ranks: list[RankResult], deadline: float, stall: float) -> bool:
         return False
     last = last_progress(ranks, until=deadline)
     return last is not None and deadline - last < stall
+
+
+def starting(ranks: list[RankResult]) -> list[RankResult]:
+    """The ranks still starting in a world where no rank raised or died ([] if any did: a failure decides)."""
+    if any(r.state in (RankState.RAISED, RankState.DIED) for r in ranks):
+        return []
+    return [r for r in ranks if r.starting]
+
+
+def still_starting(ranks: list[RankResult]) -> str:
+    """The root cause of a world stopped while ranks were still starting: where each stood (``still starting at the
+    deadline: rank 0 importing at "/venv/transformers/__init__.py", line 26 in <module>; ranks 1, 2 waiting (rank 1
+    in init_process_group() at train.py:9 in main)``). No culprit: a rank importing or computing is slow, not
+    at fault."""
+    parts = []
+    for rank in starting(ranks):
+        if not rank.events:
+            parts.append(f"rank {rank.rank} {rank.where or 'starting (no event yet)'}")
+        elif rank.stack is None:
+            parts.append(f"rank {rank.rank} computing (no stack: it did not get the CPU to answer)")
+        else:
+            doing = "importing" if is_importing(rank.stack) else "computing"
+            where = (innermost_frame(rank.stack) or "an unknown frame").replace("File ", "", 1)
+            parts.append(f"rank {rank.rank} {doing} at {where}")
+    waiting = [r for r in ranks if r.state == RankState.BLOCKED]
+    if waiting:
+        parts.append(f"{format_ranks([r.rank for r in waiting])} waiting (rank {waiting[0].rank} {waiting[0].where})")
+    return "still starting at the deadline: " + "; ".join(parts)
 
 
 def still_running(ranks: list[RankResult], deadline: float) -> str:
@@ -325,7 +361,8 @@ def decide(
     (:func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
     outcome = world_outcome(ranks, reason, deadline=deadline, stall=stall)
     if outcome == Outcome.TIMED_OUT:
-        return Decision(outcome, None, still_running(ranks, deadline), None)
+        cause = still_starting(ranks) if starting(ranks) else still_running(ranks, deadline)
+        return Decision(outcome, None, cause, None)
     return Decision(outcome, *root_cause(ranks, divergence, reason, deviation), divergence)
 
 

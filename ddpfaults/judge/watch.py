@@ -51,10 +51,13 @@ def tail(path: str, lines: int = OUTPUT_TAIL) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User+system CPU seconds of a process from /proc (None if it is gone)."""
+def cpu_seconds(pid: int, main: bool = False) -> float | None:
+    """User+system CPU seconds of a process (``main``: of its main thread alone) from /proc (None if it is gone).
+
+    A main thread blocked in a collective uses none at all, while the process's helper threads (the stack and flight
+    record request thread) use a little: only the main thread's tells a rank that computes from one that waits."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"/proc/{pid}/task/{pid}/stat" if main else f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):

@@ -208,9 +208,9 @@ class StoreWorld(loop.Observer):
         times = [w.failed_seen for w in self.watches if w.failed_seen is not None]
         return times + [w.hb_seen for w in self.watches if self.dead(w.rank, now)]
 
-    def cpu(self, i: int) -> float | None:
-        """CPU seconds, as the rank last published them."""
-        return self.watches[i].cpu
+    def cpu(self, i: int, main: bool = False) -> float | None:
+        """CPU seconds, as the rank last published them (its main thread's alone: unknown)."""
+        return None if main else self.watches[i].cpu
 
     def stop_requested(self, now: float) -> StopReason | None:
         """TERMINATED once torchrun's agent has been stopping the ranks for :data:`TERM_GRACE`."""

@@ -78,12 +78,18 @@ def test_a_rank_calling_sys_exit_is_a_crash_every_time():
 
 
 def test_runnable_tells_a_computing_process_from_a_sleeping_one():
-    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = "import time\nprint(1, flush=True)\n"
+    spinning = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    sleeping = subprocess.Popen([sys.executable, "-c", started + "time.sleep(60)"], stdout=subprocess.PIPE)
     try:
-        time.sleep(0.5)  # both past start-up
+        for proc in (spinning, sleeping):
+            proc.stdout.readline()  # past its start-up, however long the machine's load makes it
         assert runnable(spinning.pid, samples=20)
-        assert not runnable(sleeping.pid)
+        deadline = time.monotonic() + 60
+        while runnable(sleeping.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # from print to sleep: one statement, once the loaded machine gives it the CPU
+        assert not any(runnable(sleeping.pid) for _ in range(20))  # asleep: never runnable again
+        assert runnable(spinning.pid, samples=20)
     finally:
         for proc in (spinning, sleeping):
             proc.kill()

@@ -31,7 +31,8 @@ class ScriptedWorld(loop.Observer):
         for w in self.watches:
             w.last_progress = clock.now
         self.stacks_asked = []
-        self.stacks: dict[int, str] = {}  # what each rank's stack dump shows
+        self.stacks: dict[int, str | None] = {}  # what each rank's stack dump shows (default: a wait in gloo)
+        self.main_cpu: dict[int, float] = {}  # each rank's main thread's CPU seconds (default: none, ever)
         self.computing: set[int] = set()  # ranks whose main thread is runnable
         self.records: dict[int, dict] = {}  # each rank's flight-recorder dump, as the judge would read it now
         self.threads_busy: set[int] = set()  # ranks one of whose threads is runnable
@@ -57,16 +58,25 @@ class ScriptedWorld(loop.Observer):
     def since_start(self, t: float) -> float:
         return t  # scripted events are stamped in seconds since the start
 
-    def cpu(self, i: int) -> float | None:
-        return 0.0
+    def cpu(self, i: int, main: bool = False) -> float | None:
+        return self.main_cpu.get(i, 0.0) if main else 0.0
 
     def collect_stacks(self, indices: list[int]) -> None:
         self.stacks_asked.append(sorted(indices))
         for i in indices:
-            self.watches[i].stack = self.stacks.get(i)
+            self.watches[i].stack = self.stacks.get(i, GLOO_WAIT_STACK)
 
     def runnable(self, i: int, threads: bool = False) -> bool | None:
         return i in (self.threads_busy if threads else self.computing)
+
+
+GLOO_WAIT_STACK = 'File "/site-packages/torch/distributed/distributed_c10d.py", line 2501 in all_reduce'
+SLEEP_STACK = 'File "/work/train.py", line 7 in load_data\nFile "/work/train.py", line 20 in <module>'
+IMPORT_STACK = (
+    'File "/site-packages/transformers/utils/import_utils.py", line 40 in <module>\n'
+    'File "<frozen importlib._bootstrap>", line 241 in _call_with_frames_removed\n'
+    'File "/work/train.py", line 3 in <module>'
+)
 
 
 def start(seq=1):
@@ -101,17 +111,80 @@ def test_ranks_waiting_in_a_slow_rendezvous_are_not_hung(clock):
     assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.ENDED
 
 
-def test_a_rendezvous_that_never_completes_stops_at_the_start_up_limit(clock):
+def test_a_rendezvous_an_idle_rank_never_enters_stops_at_the_start_up_limit_with_no_rank_starting(clock):
     script = {0.1: [(r, start()) for r in range(3)] + [(r, enter_init()) for r in (0, 2)]}  # rank 1 never enters
     world = ScriptedWorld(clock, 3, script)
+    world.stacks = {1: SLEEP_STACK}  # asleep in its own code, no CPU: idle, not starting, and no wait on its peers
     assert loop.watch(world, RunSpec(world_size=3, stall=2, startup=10, timeout=60)) is StopReason.STARTUP
     assert 10.0 <= clock.now - world.t0 < 10.1
+    assert world.still_starting == ()
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    ["importing", "runnable", "main thread ran", "no stack", "no event"],
+)
+def test_a_rank_still_starting_at_the_start_up_limit_is_kept_as_starting(clock, evidence):
+    script = {0.1: [(r, start()) for r in range(3) if evidence != "no event" or r != 1]}
+    script[0.1] += [(r, enter_init()) for r in (0, 2)]
+    world = ScriptedWorld(clock, 3, script)
+    world.stacks = {1: {"importing": IMPORT_STACK, "no stack": None}.get(evidence, SLEEP_STACK)}
+    world.computing = {1} if evidence == "runnable" else set()
+    if evidence == "main thread ran":
+        world.main_cpu = _Rising()  # a few ms of CPU now and then: starved, not idle
+    assert loop.watch(world, RunSpec(world_size=3, stall=2, startup=10, timeout=60)) is StopReason.STARTUP
+    assert world.still_starting == (1,)
+
+
+class _Rising(dict):
+    """Main-thread CPU seconds that grow each time they are read."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def get(self, i, default=None):
+        self.reads += 1
+        return 0.001 * self.reads
 
 
 def test_start_up_limit_is_capped_by_the_timeout(clock):
     world = ScriptedWorld(clock, 2, {})  # no rank ever starts
     assert loop.watch(world, RunSpec(world_size=2, stall=1, startup=30, timeout=5)) is StopReason.STARTUP
     assert 5.0 <= clock.now - world.t0 < 5.1
+    assert world.still_starting == (0, 1)
+
+
+def test_a_rank_blocked_in_torch_distributed_before_joining_makes_start_up_hang_by_the_stall_rule(clock):
+    # rank 1 waits in a store of its own before init_process_group (a waiting stack, no CPU): every rank waits
+    script = {0.1: [(r, start()) for r in range(2)] + [(0, enter_init())]}
+    world = ScriptedWorld(clock, 2, script)
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
+    assert clock.now - world.t0 < 3.5
+
+
+@pytest.mark.parametrize("evidence", ["runnable", "main thread ran", "no stack"])
+def test_a_rank_starved_in_a_collective_it_has_left_keeps_the_world_alive(clock, evidence):
+    # 256 ranks on 2 cores: the last all_reduce completed, but rank 0 has not had the CPU to say it left it
+    script = {0.1: [(r, start()) for r in range(2)] + [(r, enter_init()) for r in range(2)]}
+    script[0.2] = [(r, leave()) for r in range(2)] + [(r, enter_all_reduce()) for r in range(2)]
+    world = ScriptedWorld(clock, 2, script)
+    world.computing = {0} if evidence == "runnable" else set()
+    if evidence == "main thread ran":
+        world.main_cpu = _Rising()
+    if evidence == "no stack":
+        world.stacks = {0: None}
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=20)) is StopReason.TIMEOUT
+
+
+def test_a_rank_polling_a_file_store_in_the_rendezvous_is_waiting(clock):
+    # a FileStore wait polls its file: the main threads of ranks in the rendezvous use a little CPU, and still wait
+    # for the rank that ended before joining
+    script = {0.1: [(r, start()) for r in range(2)] + [(0, enter_init())]}
+    script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": [], "exits": True})]
+    world = ScriptedWorld(clock, 2, script)
+    world.main_cpu = _Rising()
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
 
 
 def test_after_the_rendezvous_the_stall_rule_applies(clock):
@@ -314,6 +387,7 @@ class TrainingWorld(ScriptedWorld):
             script[t] = [(r, {"k": "step", "step": s, "t": t, "wall": WALL0 + t, "pg_seq": s}) for r in (0, 1)]
         super().__init__(clock, 2, script)
         self.steps, self.dumped_at = steps, None
+        self.stacks = {0: None, 1: None}  # no stack shows a wait: the stall rule never applies
 
     def collect_flight_records(self, indices: list[int]) -> None:
         self.clock.now += 0.2

@@ -114,3 +114,69 @@ def test_a_rank_of_a_timed_out_world_is_timed_out_while_live_and_keeps_it_throug
     assert running.to_dict()["outcome"] == "timed out"
     assert RankResult.from_dict(running.to_dict()).outcome is Outcome.TIMED_OUT
     assert RankResult(rank=0, state=RankState.RUNNING).outcome is Outcome.HUNG
+
+
+IMPORTING = (
+    'File "/venv/transformers/utils/import_utils.py", line 40 in <module>\n'
+    'File "<frozen importlib._bootstrap>", line 241 in _call_with_frames_removed\n'
+    'File "/work/train.py", line 3 in <module>'
+)
+
+
+def _start_up(starting: dict[int, str | None]) -> list[RankResult]:
+    """Ranks 0-2: rank 0 (and any other not in ``starting``) waits in the rendezvous; each in ``starting`` never
+    joined, with the stack its dump showed (None: it did not answer)."""
+    ranks = [
+        RankResult(rank=r, state=RankState.BLOCKED, events=step_events({}), where="in init_process_group() at t.py:9")
+        for r in range(3)
+    ]
+    for r, stack in starting.items():
+        ranks[r] = RankResult(rank=r, state=RankState.RUNNING, events=step_events({}), stack=stack, starting=True)
+    return ranks
+
+
+@pytest.mark.parametrize("reason", ["startup", "timeout"])
+def test_a_world_still_starting_at_the_deadline_timed_out_with_no_culprit(reason):
+    ranks = _start_up({1: IMPORTING, 2: None})
+    decision = decide(ranks, None, reason, deadline=5.0, stall=2.0)
+    assert decision.outcome is Outcome.TIMED_OUT and decision.root_rank is None
+    assert decision.root_cause == (
+        'still starting at the deadline: rank 1 importing at "/venv/transformers/utils/import_utils.py", line 40 in '
+        "<module>; rank 2 computing (no stack: it did not get the CPU to answer); rank 0 waiting (rank 0 in "
+        "init_process_group() at t.py:9)"
+    )
+
+
+def test_a_rank_not_started_yet_is_said_so():
+    ranks = _start_up({1: None})
+    ranks[1].events, ranks[1].where = [], "never started (start-up ran out of time first)"
+    decision = decide(ranks, None, "startup", deadline=5.0, stall=2.0)
+    assert decision.outcome is Outcome.TIMED_OUT
+    assert "rank 1 never started (start-up ran out of time first)" in decision.root_cause
+
+
+def test_a_rank_that_never_joined_and_was_idle_is_the_culprit_of_a_hung_start_up():
+    ranks = _start_up({1: 'File "/work/train.py", line 7 in load_data'})
+    ranks[1].starting = False  # the judge found it idle: no CPU, not runnable, its stack answered and not importing
+    ranks[1].where = "train.py:7 in load_data"
+    decision = decide(ranks, None, "startup", deadline=5.0, stall=2.0)
+    assert decision.outcome is Outcome.HUNG and decision.root_rank == 1
+    assert decision.root_cause.startswith("rank 1 never joined the process group during start-up")
+
+
+@pytest.mark.parametrize("reason", ["stall", "deadlock"])
+def test_only_a_deadline_finds_a_world_starting(reason):
+    ranks = _start_up({1: IMPORTING})
+    assert world_outcome(ranks, reason, deadline=5.0, stall=2.0) is Outcome.HUNG
+
+
+def test_a_failure_decides_over_a_rank_still_starting():
+    ranks = _start_up({1: IMPORTING})
+    ranks[2] = RankResult(rank=2, state=RankState.RAISED, error="ValueError: bad config", events=step_events({}))
+    decision = decide(ranks, None, "startup", deadline=5.0, stall=2.0)
+    assert decision.outcome is Outcome.HUNG and decision.root_rank == 2
+
+
+def test_a_rank_still_starting_keeps_it_through_json():
+    rank = _start_up({1: IMPORTING})[1]
+    assert RankResult.from_dict(rank.to_dict()).starting is True
