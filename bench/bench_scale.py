@@ -1,17 +1,21 @@
 """P4: big worlds on a small machine: init + a few DDP steps on the toy model + verdict.
 
-Run:  python bench/bench_scale.py [--sizes 4 64 200] [--steps 3] [--stall 2]
+Run:  python bench/bench_scale.py [--sizes 4 64 200] [--steps 3] [--stall 2] [--runs N]
 For each world size prints wall time and the peak total memory of all rank processes, measured
 as the sum of their PSS (proportional set size: pages shared copy-on-write with the fork server
 are split between the processes that share them, so the sum is real memory) sampled every 20 ms;
 RSS sums (which count shared pages once per process) are printed alongside. Cold worlds
 (no reuse). The first world pays the fork server start and is reported separately. The stall window is the
-default (2 s): a big world's slow rendezvous must not be taken for a hang (start-up has its own limit).
+default (2 s): a big world's slow rendezvous must not be taken for a hang, nor a rank starved of CPU (256 ranks
+on 2 cores get a few ms each per second) for a rank waiting on its peers. ``--runs N`` runs each size N times and
+prints how many worlds got each verdict (every one is healthy: any verdict but completed is a false one, printed
+with its reason and where its ranks stood).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 import threading
@@ -68,6 +72,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[4, 16, 32, 64])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--stall", type=float, default=PARAM["stall"].default)
+    parser.add_argument("--runs", type=int, default=1, help="worlds of each size (default 1)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     run_world(worlds.one_all_reduce, world_size=2, reuse=False)
@@ -78,23 +83,40 @@ def main() -> None:
     )
     print(f"{'ranks':>6}  {'wall s':>7}  {'s/rank':>7}  {'peak PSS GiB':>12}  {'PSS MiB/rank':>12}  verdict")
     for n in args.sizes:
-        with PeakMemory() as memory:
-            t0 = time.perf_counter()
-            result = run_world(
-                worlds.ddp_steps,
-                world_size=n,
-                kwargs={"steps": args.steps},
-                timeout=300,
-                stall=args.stall,
-                startup=240,
-                reuse=False,
-            )
-            wall = time.perf_counter() - t0
-        print(
-            f"{n:>6}  {wall:>7.2f}  {wall / n:>7.3f}  {memory.peak_pss / 2**20:>12.2f}  "
-            f"{memory.peak_pss / 2**10 / n:>12.1f}  {result.outcome}  {result.root_cause[:80]}"
-        )
+        verdicts = collections.Counter()
+        for _ in range(args.runs):
+            verdicts[_one_world(n, args)] += 1
+        if args.runs > 1:
+            counted = ", ".join(f"{count} {outcome}" for outcome, count in verdicts.most_common())
+            print(f"{n} ranks, {args.runs} runs: {counted}")
     print("goal for 64 ranks: <= 20 s and <= 12 GiB")
+
+
+def _one_world(n: int, args) -> str:
+    """Run one healthy world of ``n`` ranks; print its row (and, for a false verdict, why); return its outcome."""
+    with PeakMemory() as memory:
+        t0 = time.perf_counter()
+        result = run_world(
+            worlds.ddp_steps,
+            world_size=n,
+            kwargs={"steps": args.steps},
+            timeout=300,
+            stall=args.stall,
+            startup=240,
+            reuse=False,
+        )
+        wall = time.perf_counter() - t0
+    print(
+        f"{n:>6}  {wall:>7.2f}  {wall / n:>7.3f}  {memory.peak_pss / 2**20:>12.2f}  "
+        f"{memory.peak_pss / 2**10 / n:>12.1f}  {result.outcome}  {result.root_cause[:80]}",
+        flush=True,
+    )
+    if result.outcome != "completed":
+        states = collections.Counter(f"{r.state}: {r.where}" for r in result.ranks)
+        print(f"    reason: {result.reason}")
+        for where, count in states.most_common(8):
+            print(f"    {count:>4} ranks {where}")
+    return str(result.outcome)
 
 
 if __name__ == "__main__":

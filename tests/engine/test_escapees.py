@@ -14,7 +14,7 @@ import pytest
 import escapefns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine import census, pool
-from processes import alive, descendants, wait_for
+from processes import EVENT_GUARD, alive, descendants, wait_for
 
 #: tests/support (the helper modules): the launcher scripts below run outside pytest, so they put them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
@@ -86,7 +86,7 @@ def test_nothing_outlives_a_launcher_that_exits(tmp_path):
         directory.mkdir()
     launcher = _launcher(tmp_path, [(d, d.name, {}) for d in directories], warm=True)
     try:
-        out, err = launcher.communicate(timeout=120)
+        out, err = launcher.communicate(timeout=EVENT_GUARD)  # three worlds, the first with a cold fork server
     finally:
         if launcher.poll() is None:
             launcher.kill()
@@ -100,7 +100,7 @@ def test_nothing_outlives_a_launcher_that_exits(tmp_path):
     pids = [pid for r in runs for pid in r["ranks"]] + escapees + [runs[0]["fork_server"], runs[0]["tracker"]]
     pids += warm["warm"]
     assert len(set(pids)) == 13
-    left = _wait_for_none_alive(pids, 15)
+    left = _wait_for_none_alive(pids, 60)
     assert left == [], f"alive after the launcher exited: {left} (ranks, escapees, fork server, tracker: {pids})"
 
 
@@ -122,11 +122,12 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
     try:
         escapees = wait_for(
             lambda: len(escapefns.written_pids(tmp_path, 3)) == 3 and escapefns.written_pids(tmp_path, 3),
-            90,
+            EVENT_GUARD,
             "every rank to start its process",
+            process=launcher,
         )
         ranks = escapefns.written_pids(tmp_path, 3, "rank")
-        wait_for(lambda: not alive(ranks[1:2]), 30, "rank 1 to die")
+        wait_for(lambda: not alive(ranks[1:2]), 120, "rank 1 to die", process=launcher)
         time.sleep(0.3)
         assert launcher.poll() is None, "the world ended before the launcher could be killed mid-world"
         assert alive(ranks) == [ranks[0], ranks[2]] and alive(escapees) == escapees
@@ -134,14 +135,14 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
         assert len(everything) >= 7
         launcher.kill()
         launcher.communicate()
-        left = _wait_for_none_alive(everything, 15)
-        assert left == [], f"alive 15 s after the launcher was killed: {left} (of {everything})"
+        left = _wait_for_none_alive(everything, 60)
+        assert left == [], f"alive 60 s after the launcher was killed: {left} (of {everything})"
         shared_dir = (tmp_path / "shared_dir").read_text()
         world_dir = os.path.dirname(os.path.dirname(shared_dir))  # ddpfaults-world-<launcher pid>-*/job-*/shared
         assert os.path.basename(world_dir).startswith(f"ddpfaults-world-{launcher.pid}-"), world_dir
-        wait_for(lambda: not os.path.exists(world_dir), 5, "the world's temp dir to be removed, all of it")
+        wait_for(lambda: not os.path.exists(world_dir), 30, "the world's temp dir to be removed, all of it")
         left = (tmp_path / "left_dir").read_text()  # what a late write leaves: the fork server sweeps it
-        wait_for(lambda: not os.path.exists(left), 5, f"the fork server to remove {left}")
+        wait_for(lambda: not os.path.exists(left), 30, f"the fork server to remove {left}")
     finally:
         if launcher.poll() is None:
             launcher.kill()

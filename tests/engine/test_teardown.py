@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from processes import alive, interruptible, wait_for
+from processes import EVENT_GUARD, alive, interruptible, wait_for
 
 #: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
@@ -46,22 +46,22 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
             files = [tmp_path / f"rank{r}.json" for r in range(3)]
             return all(f.exists() for f in files) and [json.loads(f.read_text()) for f in files]
 
-        ranks = wait_for(infos, 60, "the ranks to start their DataLoader workers")
+        ranks = wait_for(infos, EVENT_GUARD, "the ranks to start their DataLoader workers", process=launcher)
         pids = [i["pid"] for i in ranks] + [w for i in ranks for w in i["workers"]]
         fork_server = {i["ppid"] for i in ranks}
         assert len(pids) == 9 and alive(pids) == pids
         time.sleep(0.3)  # the world is now hung (rank 0 sleeps; only the 120 s timeout would end it): interrupt it
         launcher.send_signal(signum)
         try:
-            launcher.wait(timeout=30)
+            launcher.wait(timeout=120)
         except subprocess.TimeoutExpired as late:
             launcher.send_signal(signal.SIGUSR2)
             time.sleep(1)
             raise AssertionError(
-                f"the launcher did not exit 30 s after {signum.name}; its output:\n{output.read_text()}"
+                f"the launcher did not exit 120 s after {signum.name}; its output:\n{output.read_text()}"
             ) from late
-        wait_for(lambda: not alive(pids + sorted(fork_server)), 10, "every rank, worker and the fork server to die")
-        wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 5, "the world's temp dir to be removed")
+        wait_for(lambda: not alive(pids + sorted(fork_server)), 60, "every rank, worker and the fork server to die")
+        wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), 30, "the world's temp dir to be removed")
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -40,13 +40,21 @@ def descendants(pid: int) -> list[int]:
     return alive(sorted(found))
 
 
-def wait_for(predicate, timeout: float, what: str):
-    """``predicate()``'s first truthy value, polled every 50 ms; AssertionError naming ``what`` after ``timeout`` s."""
+#: seconds a test waits for an event of a process that is still running (a launcher starting its world): only a guard
+#: against a hang, never a measure of speed (a cold fork server under load 12 on 2 cores takes over a minute)
+EVENT_GUARD = 600
+
+
+def wait_for(predicate, timeout: float, what: str, *, process=None):
+    """``predicate()``'s first truthy value, polled every 50 ms; AssertionError naming ``what`` after ``timeout`` s,
+    or at once if ``process`` (a Popen whose work brings the event) ended first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the process ended (exit code {process.returncode}) before {what}")
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
