@@ -244,7 +244,7 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
         if (call := w.waiting_in()) is not None:
             if call.op == "init_process_group" or call.op.startswith("store."):
-                polling.append(i)  # a FileStore wait polls its file: its main thread uses a little CPU
+                polling.append(i)  # a FileStore wait polls its file: its main thread runs a little, often
             continue
         if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
             return False  # computing: slow, not hung
@@ -253,7 +253,8 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
         return False  # every rank that has not joined is in the rendezvous: it is under way, however slow
     if not window.covers(now):
         return False  # the evidence of the main threads' CPU is not in yet
-    if window.ran([i for i in live if i not in polling]) or _any_runnable(observer, live):
+    computing = [i for i in live if i not in polling]
+    if window.ran(computing) or _any_runnable(observer, computing):
         return False  # computing with a small share of a core (more ranks than cores): slow, not hung
     if unsure:
         observer.collect_stacks(unsure)

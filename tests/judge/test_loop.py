@@ -184,6 +184,7 @@ def test_a_rank_polling_a_file_store_in_the_rendezvous_is_waiting(clock):
     script[0.2] = [(1, {"k": "finished", "step": None, "leftovers": [], "exits": True})]
     world = ScriptedWorld(clock, 2, script)
     world.main_cpu = _Rising()
+    world.computing = {0}  # woken from its poll's sleep, waiting for a core
     assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.STALL
 
 
