@@ -44,6 +44,15 @@ def fork_server():
 
 
 @pytest.fixture(autouse=True)
+def _fork_server_first(request):
+    """Tests that run worlds (tests/engine, tests/scenarios) start with the fork server up: a test's own start-up limit
+    or timeout must not pay a cold fork server importing torch (over 60 s at load 20 on 2 cores)."""
+    parts = request.node.path.parts
+    if "tests" in parts and parts[parts.index("tests") + 1] in ("engine", "scenarios"):
+        request.getfixturevalue("fork_server")
+
+
+@pytest.fixture(autouse=True)
 def _no_rank_survives():
     """After each test, no rank process launched by this test process (nor its children) may be alive."""
     yield

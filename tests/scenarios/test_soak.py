@@ -251,9 +251,9 @@ def _hog_pids(pids) -> list[int]:
     return found
 
 
-def _gone(pids) -> list[int]:
-    """``pids`` still alive after 10 s (the fork server exits when it notices its parent has gone)."""
-    deadline = time.monotonic() + 10
+def _gone(pids, seconds: float = 10) -> list[int]:
+    """``pids`` still alive after ``seconds`` (the fork server exits when it notices its parent has gone)."""
+    deadline = time.monotonic() + seconds
     while alive(pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     return alive(pids)
@@ -362,7 +362,8 @@ def test_hogs_die_with_a_soak_that_is_terminated_or_killed(signum):
             owner.kill()
         owner.wait()
     assert owner.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
-    assert _gone([hog]) == [], f"the hog outlived its owner's {signum.name}"
+    # a hog at nice 19 on a loaded machine may not have run its first line yet: it exits once it gets the CPU
+    assert _gone([hog], 300) == [], f"the hog outlived its owner's {signum.name}"
 
 
 def _bad_world_module(tmp_path) -> str:
