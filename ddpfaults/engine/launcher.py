@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import errors, events
+from ddpfaults import errors, events, jobfiles
 from ddpfaults.engine import capacity, pool, restarts
 from ddpfaults.engine.folders import check_cwd, check_output_dir
 from ddpfaults.faults import Plan, batches, check_faults
@@ -265,7 +265,7 @@ class LocalWorld(loop.Observer):
 
     def _path(self, i: int, kind: str) -> str:
         """Rank ``i``'s file of ``kind`` (out, result, fr) in this job's directory."""
-        return os.path.join(self.dir, f"rank{i}.{kind}")
+        return jobfiles.path(self.dir, i, kind)
 
     def _output(self, i: int) -> str:
         """The tail of rank ``i``'s captured output, read once per judgement."""
@@ -332,7 +332,7 @@ class LocalWorld(loop.Observer):
             w = self.watches[i]
             w.stack = None  # a dump that does not come in time leaves the stack unknown, never a stale one
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
-            with open(w.stack_path + ".req", "w") as f:  # the rank's request thread dumps, holding the GIL
+            with open(jobfiles.request(w.stack_path), "w") as f:  # the rank's request thread dumps, holding the GIL
                 f.write(str(time.monotonic()))
         deadline = time.monotonic() + STACK_WAIT
         pending, seen = set(indices), {}
@@ -356,7 +356,7 @@ class LocalWorld(loop.Observer):
         for i in indices:
             path = self._path(i, "fr")
             self.fr_asked[i] = _mtime(path)
-            with open(path + ".req", "w") as f:
+            with open(jobfiles.request(path), "w") as f:
                 f.write(str(time.monotonic()))
 
     def collect_flight_records(self, indices: list[int]) -> None:
