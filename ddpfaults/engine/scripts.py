@@ -26,7 +26,7 @@ from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
-from ddpfaults.replay import faults_option, run_command
+from ddpfaults.replay import script_command
 from ddpfaults.spec import PARAM, RunSpec, settings_given
 
 _RUNS = itertools.count()
@@ -96,7 +96,7 @@ def _attempt(
             file=None,
             function=target.name,
             kwargs=shlex.join(target.argv),
-            replay=replay_line(target, spec, faults, cwd),
+            replay=script_command(target, spec, faults, moved=cwd is not None, fresh=isinstance(cwd, FreshDirectory)),
             step_clock=target.clock,
             script=True,
             resume_watch=resume_watch,
@@ -155,19 +155,3 @@ def _module_exists(module: str, cwd: str) -> bool:
         return False
     finally:
         sys.path.remove(cwd)
-
-
-def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple, cwd=None) -> str:
-    """The command that reruns this script world with the same seed, faults and settings, in the directory it ran
-    in: ``cwd`` as it was given to :func:`run_script` (None: the caller's, where the command runs; a
-    :class:`FreshDirectory`: a fresh one of its own, ``--cwd "$(mktemp -d)"``)."""
-    if isinstance(cwd, FreshDirectory):
-        where = ["--cwd", '"$(mktemp -d)"']
-    elif cwd is not None and target.cwd != os.getcwd():
-        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
-    else:
-        where = []
-    path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))
-    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
-    argv = ["--", shlex.join(target.argv)] if target.argv else []
-    return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])
