@@ -14,9 +14,9 @@ import tempfile
 import time
 
 from ddpfaults import errors, events, jobfiles
-from ddpfaults.engine import capacity, pool, restarts
-from ddpfaults.engine.folders import check_cwd, check_output_dir
-from ddpfaults.faults import Plan, batches, check_faults
+from ddpfaults.engine import capacity, pool, restarts, world
+from ddpfaults.engine.folders import check_cwd
+from ddpfaults.faults import Plan, batches
 from ddpfaults.judge import flight, loop, recovery, resume
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
@@ -63,11 +63,6 @@ def run_world(
     """
     cwd = check_cwd(cwd, "run_world")
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
-    faults = check_faults(faults, spec.world_size)
-    restarts.check_attempts(faults, spec.max_restarts)
-    if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
-        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
-    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     fn_module = getattr(fn, "__module__", "__main__")
     work = Work(
         payload=_pickle_payload(fn, args, kwargs),
@@ -77,19 +72,10 @@ def run_world(
         kwargs=repr(dict(kwargs)) if kwargs else "",
         cwd=cwd,
     )
-
-    def run(plan, resume_watch=frozenset()):
-        watched = dataclasses.replace(work, resume_watch=resume_watch)
-        with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
-            return restarts.run_attempts(
-                lambda attempt: LocalWorld(
-                    watched, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
-                ).run(),
-                plan,
-                spec.max_restarts,
-            )
-
-    return restarts.finished_world(run, faults, spec, require_faults_fire)
+    request = world.WorldRequest.of(FunctionTarget(work), faults, spec, flight_recorder_dir, require_faults_fire)
+    if spec.reuse and pool.pooled(pool.world_key(spec)) and not request.plan.data_only:
+        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
+    return world.run(request)
 
 
 def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
@@ -118,6 +104,25 @@ class Work:
     script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
     cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
     resume_watch: frozenset = frozenset()  # parameter digests entering a step where the capture records its state
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionTarget:
+    """A rank function's world (:class:`~ddpfaults.engine.world.Target`): its attempts share ``ctx.shared_dir``
+    when it may restart or be run again for the resume check, and each attempt but the last warms up a standby."""
+
+    work: Work
+
+    def kept(self, spec: RunSpec):
+        """The shared directory kept across the attempts of one run (None: one per attempt)."""
+        return restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume)
+
+    def attempt(self, request, plan: Plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
+        """One attempt on a world of local processes."""
+        spec = request.spec
+        work = dataclasses.replace(self.work, resume_watch=resume_watch)
+        standby = attempt < spec.max_restarts
+        return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt, kept, standby=standby).run()
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
