@@ -49,6 +49,13 @@ def parse_bool(text: str) -> bool:
 STEP_CLOCKS = ("optimizer", "dataloader")
 
 
+def check_step_clock(value, where: str, error: type[errors.DDPFaultsError] = errors.ConfigError) -> str:
+    """``value`` if it is one of :data:`STEP_CLOCKS`, else ``error`` naming ``where`` (the call or the scenario)."""
+    if value not in STEP_CLOCKS:
+        raise error(f"{where}: step_clock must be one of {', '.join(STEP_CLOCKS)}, got {value!r}")
+    return value
+
+
 #: where a setting may be set, besides the public calls (``run_world``, ``run_script``, ``RunSpec``), which take
 #: every setting: ``python -m ddpfaults run/demo`` options (``--world-size N``), the pytest plugin's options with
 #: their ini keys and environment variables (``--ddpfaults-world-size``, ``ddpfaults_world_size``,

@@ -26,7 +26,7 @@ from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
 from ddpfaults.replay import script_command
-from ddpfaults.spec import PARAM, RunSpec, settings_given
+from ddpfaults.spec import PARAM, RunSpec, check_step_clock, settings_given
 
 _RUNS = itertools.count()
 
@@ -137,8 +137,7 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ScriptError(f"run_script: module must be a module name such as 'pkg.train', got {module!r}")
     if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
-    if step_clock not in seams.STEP_CLOCKS:
-        raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
+    check_step_clock(step_clock, "run_script")
     cwd = check_cwd(cwd, "run_script") or os.getcwd()
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
