@@ -4,11 +4,13 @@ Four programs rerun a world: ``python -m ddpfaults run`` (a rank function or a s
 pytest plugin (``pytest -p ddpfaults NODE --ddpfaults-seed=N``), a torchrun worker (``torchrun ... -m
 ddpfaults.launch FILE.py::case``) and, for a plan Hypothesis drew, a Python call (``replay('f.py:fn', faults=...)``).
 Each names the world its own way; the settings come from the run spec, written as the settings table says each
-place spells them (:mod:`ddpfaults.spec`), in one order: counts (ranks, seed), then seconds, then words.
+place spells them (:mod:`ddpfaults.spec`), in one order: counts (ranks, seed), then seconds, then words. A local
+world's line is :func:`world_command` (a function's, or the script's :func:`script_command` it carries).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -55,3 +57,28 @@ def run_command(what: str, spec: RunSpec, tail: Sequence[str] = ()) -> str:
     """``python -m ddpfaults run WHAT --world-size N --seed S ...`` (``what`` shell-quoted) then ``tail``: the
     command that reruns a local world with ``spec``'s settings."""
     return replay_line(["python -m ddpfaults run", what], settings_of(spec, CLI), tail)
+
+
+def world_command(world) -> str:
+    """The one-line command that reruns a judged world (a :class:`~ddpfaults.judge.results.WorldResult`) with the
+    same seed and faults: the line it carries (a script's, a torchrun worker's), else its function's."""
+    if world.replay:
+        return world.replay
+    kwargs = ["--kwargs", shlex.quote(world.kwargs)] if world.kwargs else []
+    return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
+
+
+def script_command(target, spec: RunSpec, faults: tuple, *, moved: bool, fresh: bool) -> str:
+    """The command that reruns a script world (``target``: a :class:`~ddpfaults.rank.script.ScriptTarget`) with the
+    same seed, faults and settings, in the directory it ran in: the caller's, where the command runs (``moved``
+    False), the one it was given (``moved``), or a fresh one of its own (``fresh``: ``--cwd "$(mktemp -d)"``)."""
+    if fresh:
+        where = ["--cwd", '"$(mktemp -d)"']
+    elif moved and target.cwd != os.getcwd():
+        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
+    else:
+        where = []
+    path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))
+    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
+    argv = ["--", shlex.join(target.argv)] if target.argv else []
+    return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])

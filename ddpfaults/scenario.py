@@ -36,6 +36,7 @@ from ddpfaults.spec import (
     check_arguments,
     check_call,
     check_declared,
+    check_step_clock,
     settable,
     settings_given,
 )
@@ -265,8 +266,7 @@ def script_scenario(
     label = _name(name, os.path.splitext(os.path.basename(script))[0])
     if not os.path.isfile(path):
         raise ScenarioError(f"scenario {label}: script {script!r} not found (looked for {path})")
-    if step_clock not in ("optimizer", "dataloader"):
-        raise ScenarioError(f"scenario {label}: step_clock must be optimizer or dataloader, got {step_clock!r}")
+    check_step_clock(step_clock, f"scenario {label}", ScenarioError)
     if cwd is not None:
         if not isinstance(cwd, (str, os.PathLike)):
             raise ScenarioError(f"scenario {label}: cwd must be a directory's path, got {cwd!r}")

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ddpfaults.errors import ConfigError, DeadlineError, MarkerError
+from ddpfaults.resolver import environment_name, first_given, from_environment, pytest_option_name
 from ddpfaults.spec import (
     CLI,
     ENVIRONMENT,
@@ -76,7 +77,7 @@ class Option:
     @property
     def cli(self) -> str:
         """The command-line flag, e.g. ``--ddpfaults-world-size``."""
-        return "--ddpfaults-" + self.name.replace("_", "-")
+        return pytest_option_name(self.name)
 
     @property
     def ini(self) -> str:
@@ -86,7 +87,7 @@ class Option:
     @property
     def env(self) -> str:
         """The environment variable, e.g. ``DDPFAULTS_WORLD_SIZE``."""
-        return "DDPFAULTS_" + self.name.upper()
+        return environment_name(self.name)
 
 
 def _run_option(param: Param) -> Option:
@@ -221,12 +222,13 @@ def resolve(config: pytest.Config) -> Settings:
     """Command line > environment > ini > default, parsed and checked; ``pytest.UsageError`` on a bad value."""
     values, sources = {}, []
     for option in OPTIONS:
-        candidates = (
-            (option.cli, config.getoption("ddpfaults_" + option.name)),
-            (option.env, os.environ.get(option.env) or None),
-            (f"ini option {option.ini}", config.getini(option.ini) or None),
+        where, raw = first_given(
+            [
+                (option.cli, config.getoption("ddpfaults_" + option.name)),
+                from_environment(option.name),
+                (f"ini option {option.ini}", config.getini(option.ini) or None),
+            ]
         )
-        where, raw = next(((w, v) for w, v in candidates if v is not None), ("default", None))
         if raw is None:
             values[option.name] = option.default
             continue

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpfaults import errors
+from ddpfaults.resolver import environment_name, first_given, from_environment, pytest_option_name
 
 BACKENDS = ("gloo", "nccl")
 PEER_FAILURES = ("exit", "linger")
@@ -46,6 +47,13 @@ def parse_bool(text: str) -> bool:
 
 #: what counts a script world's steps: its optimizer's steps (the default) or the batches its DataLoader yields
 STEP_CLOCKS = ("optimizer", "dataloader")
+
+
+def check_step_clock(value, where: str, error: type[errors.DDPFaultsError] = errors.ConfigError) -> str:
+    """``value`` if it is one of :data:`STEP_CLOCKS`, else ``error`` naming ``where`` (the call or the scenario)."""
+    if value not in STEP_CLOCKS:
+        raise error(f"{where}: step_clock must be one of {', '.join(STEP_CLOCKS)}, got {value!r}")
+    return value
 
 
 #: where a setting may be set, besides the public calls (``run_world``, ``run_script``, ``RunSpec``), which take
@@ -112,12 +120,12 @@ class Param:
     @property
     def pytest_option(self) -> str:
         """Its pytest plugin option, e.g. ``--ddpfaults-world-size`` (the ini key and environment variable alike)."""
-        return "--ddpfaults-" + self.name.replace("_", "-")
+        return pytest_option_name(self.name)
 
     @property
     def env(self) -> str:
         """Its environment variable, e.g. ``DDPFAULTS_WORLD_SIZE``."""
-        return "DDPFAULTS_" + self.name.upper()
+        return environment_name(self.name)
 
 
 def setting(default, kind: str, check, parse, error=errors.ConfigError, *, help: str, places=(), **more):
@@ -367,8 +375,9 @@ class RunSpec:
         if spec is not None and not isinstance(spec, RunSpec):
             raise errors.ConfigError(f"spec must be a ddpfaults.RunSpec, got {spec!r}")
         for param in settable(ENVIRONMENT):
-            if given.get(param.name) is None and environ.get(param.env, "").strip():
-                given[param.name] = param.from_text(environ[param.env], param.env)
+            where, raw = first_given([("keyword", given.get(param.name)), from_environment(param.name, environ)])
+            if where == param.env and raw.strip():
+                given[param.name] = param.from_text(raw, where)
         return (spec or cls()).replace(**given)
 
     def replace(self, **changes) -> RunSpec:

@@ -17,6 +17,7 @@ import itertools
 import shutil
 import subprocess
 import sys
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -25,7 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ddpfaults"
 SCENARIOS = ROOT / "scenarios"
-MAX_LINES = 450
+SOFT_LINES = 450  # past this a module is worth a look: a warning, not a failure (splits are made by role, not to fit)
+HARD_LINES = 900  # twice that: a module this long holds more than one role
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,13 +294,19 @@ def test_import_resolution():
 # -- module size ------------------------------------------------------------------------------------
 
 
-def test_no_module_over_450_lines():
-    """No module in ddpfaults/ has more than 450 lines: a bigger one is split by what its parts do."""
+def test_module_sizes():
+    """No module in ddpfaults/ is over 900 lines (it would hold more than one role: split it by what its parts do);
+    one over 450 gets a warning, shown in the summary, so that a split is weighed where it reads better, not made to
+    fit a count."""
     sizes = {p: len(p.read_text().splitlines()) for p in _package_files().values()}
-    over = sorted((n, p) for p, n in sizes.items() if n > MAX_LINES)
-    assert not over, f"modules over {MAX_LINES} lines:\n" + "\n".join(
+    over = sorted((n, p) for p, n in sizes.items() if n > HARD_LINES)
+    assert not over, f"modules over {HARD_LINES} lines:\n" + "\n".join(
         f"  {p.relative_to(ROOT)}: {n} lines" for n, p in reversed(over)
     )
+    long = sorted((n, p) for p, n in sizes.items() if n > SOFT_LINES)
+    if long:
+        listing = ", ".join(f"{p.relative_to(ROOT)} ({n})" for n, p in reversed(long))
+        warnings.warn(f"modules over {SOFT_LINES} lines, worth a look: {listing}", stacklevel=1)
 
 
 # -- layering ---------------------------------------------------------------------------------------

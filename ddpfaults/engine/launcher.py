@@ -13,10 +13,10 @@ import sys
 import tempfile
 import time
 
-from ddpfaults import errors, events
-from ddpfaults.engine import capacity, pool, restarts
-from ddpfaults.engine.folders import check_cwd, check_output_dir
-from ddpfaults.faults import Plan, batches, check_faults
+from ddpfaults import errors, events, jobfiles
+from ddpfaults.engine import capacity, pool, restarts, world
+from ddpfaults.engine.folders import check_cwd
+from ddpfaults.faults import Plan, batches
 from ddpfaults.judge import flight, loop, recovery, resume
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
@@ -64,11 +64,6 @@ def run_world(
     """
     cwd = check_cwd(cwd, "run_world")
     spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
-    faults = check_faults(faults, spec.world_size)
-    restarts.check_attempts(faults, spec.max_restarts)
-    if spec.reuse and pool.pooled(pool.world_key(spec)) and not faults.data_only:
-        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
-    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
     fn_module = getattr(fn, "__module__", "__main__")
     work = Work(
         payload=_pickle_payload(fn, args, kwargs),
@@ -78,19 +73,10 @@ def run_world(
         kwargs=repr(dict(kwargs)) if kwargs else "",
         cwd=cwd,
     )
-
-    def run(plan, resume_watch=frozenset()):
-        watched = dataclasses.replace(work, resume_watch=resume_watch)
-        with restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume) as shared:
-            return restarts.run_attempts(
-                lambda attempt: LocalWorld(
-                    watched, plan, spec, flight_recorder_dir, attempt, shared, standby=attempt < spec.max_restarts
-                ).run(),
-                plan,
-                spec.max_restarts,
-            )
-
-    return restarts.finished_world(run, faults, spec, require_faults_fire)
+    request = world.WorldRequest.of(FunctionTarget(work), faults, spec, flight_recorder_dir, require_faults_fire)
+    if spec.reuse and pool.pooled(pool.world_key(spec)) and not request.plan.data_only:
+        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
+    return world.run(request)
 
 
 def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
@@ -119,6 +105,25 @@ class Work:
     script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
     cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
     resume_watch: frozenset = frozenset()  # parameter digests entering a step where the capture records its state
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionTarget:
+    """A rank function's world (:class:`~ddpfaults.engine.world.Target`): its attempts share ``ctx.shared_dir``
+    when it may restart or be run again for the resume check, and each attempt but the last warms up a standby."""
+
+    work: Work
+
+    def kept(self, spec: RunSpec):
+        """The shared directory kept across the attempts of one run (None: one per attempt)."""
+        return restarts.kept_dir("ddpfaults-shared-", spec.max_restarts > 0 or spec.check_resume)
+
+    def attempt(self, request, plan: Plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
+        """One attempt on a world of local processes."""
+        spec = request.spec
+        work = dataclasses.replace(self.work, resume_watch=resume_watch)
+        standby = attempt < spec.max_restarts
+        return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt, kept, standby=standby).run()
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -266,7 +271,7 @@ class LocalWorld(loop.Observer):
 
     def _path(self, i: int, kind: str) -> str:
         """Rank ``i``'s file of ``kind`` (out, result, fr) in this job's directory."""
-        return os.path.join(self.dir, f"rank{i}.{kind}")
+        return jobfiles.path(self.dir, i, kind)
 
     def _output(self, i: int) -> str:
         """The tail of rank ``i``'s captured output, read once per judgement."""
@@ -333,7 +338,7 @@ class LocalWorld(loop.Observer):
             w = self.watches[i]
             w.stack = None  # a dump that does not come in time leaves the stack unknown, never a stale one
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
-            with open(w.stack_path + ".req", "w") as f:  # the rank's request thread dumps, holding the GIL
+            with open(jobfiles.request(w.stack_path), "w") as f:  # the rank's request thread dumps, holding the GIL
                 f.write(str(time.monotonic()))
         deadline = time.monotonic() + STACK_WAIT
         pending, seen = set(indices), {}
@@ -357,7 +362,7 @@ class LocalWorld(loop.Observer):
         for i in indices:
             path = self._path(i, "fr")
             self.fr_asked[i] = _mtime(path)
-            with open(path + ".req", "w") as f:
+            with open(jobfiles.request(path), "w") as f:
                 f.write(str(time.monotonic()))
 
     def collect_flight_records(self, indices: list[int]) -> None:

@@ -19,15 +19,14 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ddpfaults.engine import restarts
-from ddpfaults.engine.folders import check_cwd, check_output_dir
+from ddpfaults.engine import restarts, world
+from ddpfaults.engine.folders import check_cwd
 from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
 from ddpfaults.errors import ConfigError, ScriptError
-from ddpfaults.faults import check_faults
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
-from ddpfaults.replay import faults_option, run_command
-from ddpfaults.spec import PARAM, RunSpec, settings_given
+from ddpfaults.replay import script_command
+from ddpfaults.spec import PARAM, RunSpec, check_step_clock, settings_given
 
 _RUNS = itertools.count()
 
@@ -61,49 +60,53 @@ def run_script(
     target = _target(path, argv, module, step_clock, cwd)
     given = settings_given("run_script", settings, [name for name in PARAM if name != "reuse"])
     spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
-    faults = check_faults(faults, spec.world_size)
-    restarts.check_attempts(faults, spec.max_restarts)
-    check_output_dir(flight_recorder_dir, "flight_recorder_dir")
+    run = ScriptRun(target, moved=cwd is not None, fresh=isinstance(cwd, FreshDirectory))
+    return world.run(world.WorldRequest.of(run, faults, spec, flight_recorder_dir, require_faults_fire))
 
-    def run(plan, resume_watch=frozenset()):
+
+@dataclasses.dataclass(frozen=True)
+class ScriptRun:
+    """A script's world (:class:`~ddpfaults.engine.world.Target`): ``target`` as validated, and where its working
+    directory came from for its replay line (``moved``: given by the caller; ``fresh``: a fresh one of its own)."""
+
+    target: script.ScriptTarget
+    moved: bool = False
+    fresh: bool = False
+
+    @contextlib.contextmanager
+    def kept(self, spec: RunSpec):
+        """One run's id (torchrun's run id, the same for its attempts) and its target: in a scratch working
+        directory of its own when the resume check runs it twice (each run's files its own)."""
         run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
-        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:  # each run's files its own
-            where = target if scratch is None else dataclasses.replace(target, cwd=scratch)
-            return restarts.run_attempts(
-                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt, cwd, resume_watch),
-                plan,
-                spec.max_restarts,
+        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:
+            yield run_id, self.target if scratch is None else dataclasses.replace(self.target, cwd=scratch)
+
+    def attempt(self, request, plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
+        """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
+        ``resume_watch``: :attr:`Work.resume_watch`."""
+        import torch.distributed as dist
+
+        spec, (run_id, target) = request.spec, kept
+        timeout = timedelta(seconds=spec.timeout + 30)
+        store = dist.TCPStore(script.LOOPBACK, 0, None, True, timeout, wait_for_workers=False)
+        try:
+            target = dataclasses.replace(
+                target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
             )
-
-    return restarts.finished_world(run, faults, spec, require_faults_fire)
-
-
-def _attempt(
-    target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id, attempt, cwd, resume_watch
-):
-    """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
-    ``resume_watch``: :attr:`Work.resume_watch`."""
-    import torch.distributed as dist
-
-    store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
-    try:
-        target = dataclasses.replace(
-            target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
-        )
-        work = Work(
-            payload=pickle.dumps((script.run, (target, spec.threads), {})),
-            module=script.__name__,
-            file=None,
-            function=target.name,
-            kwargs=shlex.join(target.argv),
-            replay=replay_line(target, spec, faults, cwd),
-            step_clock=target.clock,
-            script=True,
-            resume_watch=resume_watch,
-        )
-        return LocalWorld(work, faults, spec, flight_recorder_dir, attempt).run()
-    finally:
-        del store
+            work = Work(
+                payload=pickle.dumps((script.run, (target, spec.threads), {})),
+                module=script.__name__,
+                file=None,
+                function=target.name,
+                kwargs=shlex.join(target.argv),
+                replay=script_command(target, spec, plan, moved=self.moved, fresh=self.fresh),
+                step_clock=target.clock,
+                script=True,
+                resume_watch=resume_watch,
+            )
+            return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt).run()
+        finally:
+            del store
 
 
 class FreshDirectory(str):
@@ -134,8 +137,7 @@ def _target(path, argv, module, step_clock, cwd) -> script.ScriptTarget:
         raise ScriptError(f"run_script: module must be a module name such as 'pkg.train', got {module!r}")
     if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise ConfigError(f"run_script: argv must be a list of strings (the script's arguments), got {argv!r}")
-    if step_clock not in seams.STEP_CLOCKS:
-        raise ConfigError(f"run_script: step_clock must be one of {', '.join(seams.STEP_CLOCKS)}, got {step_clock!r}")
+    check_step_clock(step_clock, "run_script")
     cwd = check_cwd(cwd, "run_script") or os.getcwd()
     if path is not None:
         path = os.path.join(cwd, os.fspath(path))
@@ -155,19 +157,3 @@ def _module_exists(module: str, cwd: str) -> bool:
         return False
     finally:
         sys.path.remove(cwd)
-
-
-def replay_line(target: script.ScriptTarget, spec: RunSpec, faults: tuple, cwd=None) -> str:
-    """The command that reruns this script world with the same seed, faults and settings, in the directory it ran
-    in: ``cwd`` as it was given to :func:`run_script` (None: the caller's, where the command runs; a
-    :class:`FreshDirectory`: a fresh one of its own, ``--cwd "$(mktemp -d)"``)."""
-    if isinstance(cwd, FreshDirectory):
-        where = ["--cwd", '"$(mktemp -d)"']
-    elif cwd is not None and target.cwd != os.getcwd():
-        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
-    else:
-        where = []
-    path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))
-    what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
-    argv = ["--", shlex.join(target.argv)] if target.argv else []
-    return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])

@@ -7,11 +7,10 @@ ranks) by their fields and imports nothing of them: the results module renders t
 from __future__ import annotations
 
 import re
-import shlex
 
 from ddpfaults.judge.recovery import describe_preemption
 from ddpfaults.judge.resume import describe as describe_resume
-from ddpfaults.replay import faults_option, run_command
+from ddpfaults.replay import world_command
 
 
 def format_ranks(ranks) -> str:
@@ -50,14 +49,6 @@ def rank_table(ranks: list) -> str:
             f"{_cell(error, 110)}"
         )
     return "\n".join(lines)
-
-
-def replay_line(world) -> str:
-    """The one-line command that reruns this world with the same seed and faults."""
-    if world.replay:
-        return world.replay
-    kwargs = ["--kwargs", shlex.quote(world.kwargs)] if world.kwargs else []
-    return run_command(shlex.quote(world.function), world.spec, [*faults_option(world.faults), *kwargs])
 
 
 def describe_attempt(a: dict) -> str:
@@ -117,7 +108,7 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
         out += [f"  - {fired.describe()}" for fired in world.fired] or ["  - (none fired)"]
         out += [f"  - {unfired.describe()}" for unfired in world.unfired]
     if world.outcome != "completed" or (world.resume and not world.resume["equivalent"]):
-        out.append(f"replay: {replay_line(world)}")
+        out.append(f"replay: {world_command(world)}")
     sections = [
         (f"{format_ranks(ranks)} stack ({'when a failure was first seen' if state == 'raised' else state})", stack)
         for ranks, state, stack in _grouped_stacks(world.ranks)

@@ -17,6 +17,8 @@ import json
 import math
 import os
 
+from ddpfaults import jobfiles
+
 #: what a difference is put down to (a finding's ``cause``)
 CAUSES = (
     "samples_replayed",
@@ -39,7 +41,7 @@ def read(job_dir: str, world_size: int) -> list[list[dict]]:
     """Every rank's records in ``job_dir`` (a rank that wrote none: an empty list)."""
     ranks = []
     for r in range(world_size):
-        path = os.path.join(job_dir, f"rank{r}.resume")
+        path = jobfiles.path(job_dir, r, "resume")
         records = []
         if os.path.exists(path):
             with open(path) as f:

@@ -6,7 +6,7 @@ import os
 import re
 import time
 
-from ddpfaults import events
+from ddpfaults import events, jobfiles
 from ddpfaults.judge.deadlock import Op, family
 from ddpfaults.judge.results import Collective, FiredFault
 from ddpfaults.judge.verdict import innermost_frame
@@ -90,8 +90,8 @@ class RankWatch:
 
     def __init__(self, rank: int, world_dir: str):
         self.rank = rank
-        self.path = os.path.join(world_dir, f"rank{rank}.events")
-        self.stack_path = os.path.join(world_dir, f"rank{rank}.stack")
+        self.path = jobfiles.path(world_dir, rank, "events")
+        self.stack_path = jobfiles.path(world_dir, rank, "stack")
         self.fd = None
         self.pending = b""
         self.events: list[dict] = []

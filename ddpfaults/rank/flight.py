@@ -18,6 +18,7 @@ import os
 import pickle
 import threading
 
+from ddpfaults import jobfiles
 from ddpfaults.rank import forkserver, torch_private
 
 BUFFER_ENTRIES = "4000"  # collectives kept per rank (torch's ring buffer) unless the user set the variable
@@ -118,9 +119,9 @@ class DumpOnRequest(threading.Thread):
     def run(self) -> None:
         """Poll the request files until stopped."""
         served = {}
-        requests = [(self.path + ".req", lambda: write(self.path, self.since_wall))]
+        requests = [(jobfiles.request(self.path), lambda: write(self.path, self.since_wall))]
         if self.stacks is not None:
-            requests.append((self.stacks.name + ".req", self._dump_stacks))
+            requests.append((jobfiles.request(self.stacks.name), self._dump_stacks))
         while not self.stopped.wait(POLL):
             for request, serve in requests:
                 try:

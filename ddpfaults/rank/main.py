@@ -2,13 +2,7 @@
 
 A rank runs one job (cold world) or, in a warm world, job after job with its process group
 kept open. For each job it writes everything the launcher needs into files in the job's
-private directory, so nothing is lost when it dies abruptly:
-
-- ``rank{r}.events``: one JSON object per line, written unbuffered (progress,
-  collectives entered and left, faults fired, the end);
-- ``rank{r}.out``: the rank's stdout and stderr (fd level, so C++ messages too);
-- ``rank{r}.stack``: every thread's Python stack, dumped on request (``rank{r}.stack.req``) by a rank thread;
-- ``rank{r}.result``: the pickled outcome, written atomically before the final event.
+private directory (:mod:`ddpfaults.jobfiles` names them), so nothing is lost when it dies abruptly.
 """
 
 from __future__ import annotations
@@ -31,6 +25,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from ddpfaults import jobfiles
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
 from ddpfaults.rank import context, flight, forkserver, preempt, resume, seams, torch_private, tracing
@@ -191,17 +186,17 @@ _stack_file = None  # the open file stacks are dumped into on request (per job)
 def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     """Run one job; return the leftover state after it finished. A failed job never returns."""
     r = config.rank
-    _redirect_output(os.path.join(job.job_dir, f"rank{r}.out"))
+    _redirect_output(jobfiles.path(job.job_dir, r, "out"))
     os.environ.clear()
     os.environ.update(job.env)
     _use_world_tmp(config.world_dir)
     flight.enable()
     global _stack_file
-    previous, _stack_file = _stack_file, open(os.path.join(job.job_dir, f"rank{r}.stack"), "w")
+    previous, _stack_file = _stack_file, open(jobfiles.path(job.job_dir, r, "stack"), "w")
     if previous is not None:
         previous.close()
     faulthandler.enable(file=sys.stderr, all_threads=True)
-    events = EventLog(os.path.join(job.job_dir, f"rank{r}.events"))
+    events = EventLog(jobfiles.path(job.job_dir, r, "events"))
     # a warm rank's record still holds its earlier jobs' collectives (the first job's group is made below)
     fresh_record = flight.forget() if dist.is_initialized() else True
     started = events.emit(
@@ -211,7 +206,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         fresh_record=fresh_record,
         pg_seq=context.default_group_seq(),  # a warm rank's group made collectives in earlier jobs
     )["wall"]
-    flight_path = os.path.join(job.job_dir, f"rank{r}.fr")
+    flight_path = jobfiles.path(job.job_dir, r, "fr")
     recorder = flight.DumpOnRequest(flight_path, stacks=_stack_file, since_wall=started)  # the judge's cut too
     recorder.start()
 
@@ -224,7 +219,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     ctx = RankContext(
         rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events, attempt=job.attempt
     )
-    result_path = os.path.join(job.job_dir, f"rank{r}.result")
+    result_path = jobfiles.path(job.job_dir, r, "result")
 
     def init_process_group():
         if not dist.is_initialized():  # a warm rank keeps its group from the first job
@@ -253,7 +248,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         return payload
 
     if job.spec.check_resume:
-        resume.start(ctx, os.path.join(job.job_dir, f"rank{r}.resume"), job.resume_watch)
+        resume.start(ctx, jobfiles.path(job.job_dir, r, "resume"), job.resume_watch)
     result = run_job(
         ctx,
         load=load,

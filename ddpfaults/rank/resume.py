@@ -24,15 +24,13 @@ import sys
 
 import torch
 import torch.utils.data.dataloader as dataloader
-import xxhash
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ddpfaults.rank import running, wrapped
-
-#: the digest the capture takes of every step's parameters, state and batches: XXH3-128, 10x SHA-256's speed here
-#: (14.4 GB/s against 1.5 GB/s): SHA-256 of a 2M-parameter model's weights cost about what its SGD step did. 128 bits:
-#: two different values that no one built to collide meet with a chance of about 2**-128.
-Digest = xxhash.xxh3_128
+from ddpfaults.rank.digest import Digest
+from ddpfaults.rank.digest import feed as _feed
+from ddpfaults.rank.digest import hexdigest as _digest
+from ddpfaults.rank.digest import local as _local
 
 _capture = None  # the running job's capture, when its spec asks for the resume check
 
@@ -232,44 +230,3 @@ def _state_digest(optimizer) -> str:
                 digest.update(str(key).encode())
                 _feed(digest, state[key])
     return digest.hexdigest()
-
-
-def _local(value):
-    """A DTensor's local shard (FSDP2: what this rank holds); any other value as it is."""
-    return value.to_local() if hasattr(value, "to_local") else value
-
-
-def _digest(value) -> str:
-    """A :data:`Digest` (hex) of a batch or state, bit for bit: tensors by dtype, shape and bytes; containers in
-    order."""
-    digest = Digest()
-    _feed(digest, value)
-    return digest.hexdigest()
-
-
-def _feed(digest, value) -> None:
-    if isinstance(value, torch.Tensor):
-        tensor = _local(value).detach()
-        tensor = tensor if tensor.device.type == "cpu" and tensor.is_contiguous() else tensor.cpu().contiguous()
-        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
-        if tensor.numel():
-            try:
-                digest.update(tensor.numpy())  # contiguous: its bytes as they are
-            except (TypeError, RuntimeError):  # a dtype numpy has not (bfloat16), a conjugate view: its bytes
-                digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    elif hasattr(value, "tobytes") and hasattr(value, "dtype"):  # a numpy array (numpy's RNG state holds one)
-        digest.update(f"A{value.dtype}{getattr(value, 'shape', ())}".encode())
-        digest.update(value.tobytes())
-    elif isinstance(value, dict):
-        digest.update(b"{")
-        for key in value:
-            digest.update(repr(key).encode())
-            _feed(digest, value[key])
-        digest.update(b"}")
-    elif isinstance(value, (list, tuple)):
-        digest.update(b"[")
-        for item in value:
-            _feed(digest, item)
-        digest.update(b"]")
-    else:
-        digest.update(repr(value).encode())

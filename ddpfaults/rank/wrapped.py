@@ -10,11 +10,8 @@ Imports nothing of ddpfaults but the rank context's call site.
 
 from __future__ import annotations
 
-import hashlib
-
-import torch
-
 from ddpfaults.rank import context
+from ddpfaults.rank.digest import SHA256, hexdigest
 
 DDP, FSDP = "ddp", "fsdp"
 
@@ -41,18 +38,7 @@ def _top_level() -> list[tuple]:
 def state_digest(state: dict) -> str:
     """A SHA-256 (hex) of a module's state dict, bit for bit: every entry's name, dtype, shape and bytes, in order
     (a sharded tensor counts its local shard)."""
-    digest = hashlib.sha256()
-    for name, value in state.items():
-        if hasattr(value, "to_local"):  # a DTensor (FSDP2): this rank's shard
-            value = value.to_local()
-        digest.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            tensor = value.detach().cpu().contiguous()
-            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-        else:
-            digest.update(repr(value).encode())
-    return digest.hexdigest()
+    return hexdigest(state, SHA256)
 
 
 def records() -> list[dict]:

@@ -242,9 +242,9 @@ def _facts(w: dict) -> str:
     ]
     if w.get("outcome") != "completed" or (w.get("resume") or {}).get("equivalent") is False:
         try:
-            from ddpfaults.judge.render import replay_line
+            from ddpfaults.replay import world_command
 
-            rows.append(("replay", replay_line(WorldResult.from_dict(w))))
+            rows.append(("replay", world_command(WorldResult.from_dict(w))))
         except (KeyError, TypeError, ValueError):
             pass
     items = "".join(f"<dt>{esc(k)}</dt><dd class='f-{_slug(k)}'>{esc(v)}</dd>" for k, v in rows if v)

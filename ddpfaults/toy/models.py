@@ -8,12 +8,13 @@ gives bit-identical weights in every process, and the caller's global RNG is lef
 from __future__ import annotations
 
 import contextlib
-import hashlib
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ddpfaults.rank import digest
 
 
 @contextlib.contextmanager
@@ -181,12 +182,9 @@ def parameters_equal(a, b) -> bool:
 
 
 def state_digest(model) -> str:
-    """A stable sha256 hex digest of a model's state dict: names, dtypes, shapes and raw bytes, in order."""
-    h = hashlib.sha256()
-    for key, tensor in _state(model).items():
-        h.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        h.update(bytes(_raw(tensor).tolist()))
-    return h.hexdigest()
+    """A stable SHA-256 hex digest of a model's state dict (or of a dict of tensors): names, dtypes, shapes and raw
+    bytes, in order."""
+    return digest.hexdigest(_state(model), digest.SHA256)
 
 
 def regression_step(ctx, ddp_model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Tensor:

@@ -12,8 +12,8 @@ import restartfns
 from ddpfaults.engine import restarts
 from ddpfaults.faults import Preempt, RankKilled
 from ddpfaults.judge import resume
-from ddpfaults.judge.render import replay_line
 from ddpfaults.judge.results import WorldResult
+from ddpfaults.replay import world_command
 from ddpfaults.scenario import builtin_dir, load_function
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -36,7 +36,7 @@ def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
     assert result.attempts[1]["warm"] and result.warm  # the standby world, warmed up while attempt 0 ran
     report = result.report()
     assert "attempts: 2" in report and "attempt 0: crashed" in report and "attempt 1: completed" in report
-    assert "--max-restarts 2" in replay_line(result)
+    assert "--max-restarts 2" in world_command(result)
     again = WorldResult.from_dict(result.to_dict())
     assert again.attempts == result.attempts
 
