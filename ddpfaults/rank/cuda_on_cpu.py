@@ -30,19 +30,12 @@ import functools
 import importlib.abc
 import importlib.util
 import inspect
-import os
 import sys
 
 import torch
-import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
-from torch.nn.parallel import DistributedDataParallel
 
-from ddpfaults.errors import UnmappableCudaCall
-from ddpfaults.rank.context import is_machinery
-
-CPU = torch.device("cpu")
-OPTION = "--cuda-on-cpu"
+from ddpfaults.rank import nccl_on_gloo
+from ddpfaults.rank.cuda_calls import CPU, OPTION, maps, refuse, refusing, refusing_class
 
 #: torch's functions that take ``device=`` (factories): the keyword is mapped, ``pin_memory=True`` dropped
 FACTORIES = (
@@ -79,34 +72,6 @@ def installed() -> bool:
     return _installed
 
 
-def maps(device) -> bool:
-    """True if ``device`` names a CUDA device: ``"cuda"``, ``"cuda:1"``, ``torch.device("cuda", 1)``, or a bare
-    index (torch reads ``device=0`` as ``cuda:0``)."""
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device.split(":", 1)[0].strip() == "cuda"
-    return isinstance(device, int) and not isinstance(device, bool)
-
-
-def user_line() -> str:
-    """``file.py:LINE in func`` of the innermost frame outside torch and ddpfaults (the user's call)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not is_machinery(frame.f_code.co_filename):
-            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return "?"
-
-
-def refuse(call: str, reason: str):
-    """Raise :class:`UnmappableCudaCall` for ``call`` at the user's line."""
-    raise UnmappableCudaCall(
-        f"{OPTION} cannot map {call} (called at {user_line()}): {reason}; run this script on a GPU, or change the "
-        f"call (docs/scripts.md lists what the mapping covers)"
-    )
-
-
 def install(local_world_size: int) -> None:
     """Map CUDA to the CPU and NCCL to gloo in this process (once); ``local_world_size``: the GPUs a rank sees."""
     global _installed
@@ -116,7 +81,7 @@ def install(local_world_size: int) -> None:
     _state["count"] = local_world_size
     _devices()
     _cuda_functions()
-    _distributed()
+    nccl_on_gloo.install()
     _amp()
     _extensions()
 
@@ -243,16 +208,15 @@ def _mem_get_info(device=None) -> tuple[int, int]:
     return memory.available, memory.total
 
 
-def _refusing(name: str, reason: str):
-    def refused(*args, **kwargs):
-        refuse(f"torch.cuda.{name}", reason)
+def _own_function(name: str, body):
+    """``body`` as a function of its own named ``torch.cuda.name``: torch._dynamo's rules map torch's functions by
+    identity, and refuse to import when one object stands under two names with different rules."""
 
-    refused.__name__ = refused.__qualname__ = name
-    return refused
+    def mapped(*args, **kwargs):
+        return body(*args, **kwargs)
 
-
-def _refusing_class(name: str, reason: str):
-    return type(name, (), {"__new__": lambda cls, *a, **k: refuse(f"torch.cuda.{name}", reason)})
+    mapped.__name__, mapped.__qualname__, mapped.__module__ = name, name, "torch.cuda"
+    return mapped
 
 
 def _cuda_functions() -> None:
@@ -298,94 +262,16 @@ def _cuda_functions() -> None:
         if name.startswith("_") or name in mapped or name in REFUSED:
             continue
         if inspect.isfunction(value) and value.__module__.startswith("torch.cuda"):  # not what it imported
-            setattr(cuda, name, _refusing(name, _UNMAPPED_REASON))
+            setattr(cuda, name, refusing(name, _UNMAPPED_REASON))
     for name, value in mapped.items():
-        setattr(cuda, name, value)
+        setattr(cuda, name, _own_function(name, value))
     cuda.device = cuda.device_of = _DeviceContext
     for name, reason in REFUSED.items():
         is_class = inspect.isclass(getattr(cuda, name, None))
-        setattr(cuda, name, (_refusing_class if is_class else _refusing)(name, reason))
+        setattr(cuda, name, (refusing_class if is_class else refusing)(name, reason))
     nccl = "NCCL's own calls run on GPUs only"
     for name in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "version", "unique_id"):
-        setattr(cuda.nccl, name, _refusing(f"nccl.{name}", nccl))
-
-
-# -- torch.distributed ----------------------------------------------------------------------------------------------
-
-
-def _gloo(backend):
-    if isinstance(backend, str) and "nccl" in backend.lower():
-        return "gloo"
-    return backend
-
-
-def _group_call(original, *, device_id: bool):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def call(*args, **kwargs):
-        bound = signature.bind_partial(*args, **kwargs)
-        given = bound.arguments
-        if "backend" in given:
-            given["backend"] = _gloo(given["backend"])
-        if device_id and maps(given.get("device_id")):
-            given.pop("device_id")
-        return original(*bound.args, **bound.kwargs)
-
-    return call
-
-
-def _ddp_init(original):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self, module, *args, **kwargs):
-        bound = signature.bind_partial(self, module, *args, **kwargs)
-        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu:
-            for name in ("device_ids", "output_device"):
-                bound.arguments.pop(name, None)
-        return original(*bound.args, **bound.kwargs)
-
-    return __init__
-
-
-def _barrier(original):
-    @functools.wraps(original)
-    def barrier(*args, **kwargs):
-        kwargs.pop("device_ids", None)
-        return original(*args, **kwargs)
-
-    return barrier
-
-
-def _init_device_mesh(original):
-    @functools.wraps(original)
-    def init_device_mesh(device_type, *args, **kwargs):
-        return original("cpu" if maps(device_type) else device_type, *args, **kwargs)
-
-    return init_device_mesh
-
-
-def _distributed() -> None:
-    for name, device_id in (
-        ("init_process_group", True),
-        ("new_group", True),
-        ("new_subgroups", False),
-        ("new_subgroups_by_enumeration", False),
-    ):
-        wrapped = _group_call(getattr(c10d, name), device_id=device_id)
-        setattr(c10d, name, wrapped)
-        setattr(dist, name, wrapped)
-    c10d.barrier = dist.barrier = _barrier(c10d.barrier)
-    dist.is_nccl_available = c10d.is_nccl_available = lambda: True
-    refused_group = _refusing_class("ProcessGroupNCCL", "NCCL's process group and its options run on GPUs only")
-    refused_group.Options = _refusing_class("ProcessGroupNCCL.Options", "NCCL's options configure GPUs only")
-    dist.ProcessGroupNCCL = c10d.ProcessGroupNCCL = refused_group
-    DistributedDataParallel.__init__ = _ddp_init(DistributedDataParallel.__init__)
-    import torch.distributed.device_mesh as device_mesh
-
-    device_mesh.init_device_mesh = dist.init_device_mesh = _init_device_mesh(device_mesh.init_device_mesh)
+        setattr(cuda.nccl, name, refusing(f"nccl.{name}", nccl))
 
 
 # -- autocast and GradScaler ----------------------------------------------------------------------------------------

@@ -86,8 +86,10 @@ def main():
         resuming = state is not None and epoch == done // per_epoch
         skip = done - epoch * per_epoch if resuming else 0
         sampler.start = skip * BATCH
-        batches = iter(loader)
-        if resuming:
+        if resuming and skip == 0:
+            torch.set_rng_state(state["torch"])
+        batches = iter(loader)  # making an iterator draws from torch's RNG
+        if resuming and skip > 0:
             torch.set_rng_state(state["torch"])
         for x, y in batches:
             if gpu:
