@@ -101,12 +101,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     for param in settable(TORCHRUN):
         default = f"the scenario's, else {param.text(param.default)}" if SCENARIO in param.places else param.default
-        flag = {"nargs": "?", "const": True} if param.parse is parse_bool else {}  # --cuda-on-cpu alone: true
         parser.add_argument(
             param.option,
             dest=param.name,
             type=param.parse if param.parse in (int, float, parse_bool) else None,
-            **flag,
+            **({"nargs": "?", "const": True} if param.parse is parse_bool else {}),  # --cuda-on-cpu alone: true
             choices=param.choices or None,
             metavar=None if param.choices else param.metavar,
             help=f"{param.help} (default: {default})",
