@@ -1,11 +1,12 @@
 """The CUDA mapping's cost: a GPU-written trainer with ``cuda_on_cpu`` vs its CPU twin without it, in one run.
 
 Run:  python bench/bench_cuda_on_cpu.py [--repeat 7] [--world-size 4] [--epochs 4]
-Both sides are ``tests/support/scripts/gpu_train.py`` (``--style gpu`` under the mapping: set_device, .cuda(), nccl,
-device_ids, pin_memory, autocast and GradScaler on "cuda"; ``--style cpu`` without it), each a fresh script world,
-interleaved so both see the same machine load. Prints the medians and the mapped world's cost as a ratio of its
-twin's (the issue's bound: at most 1.1x), and the same ratio for the training alone (the ranks' time from the
-process group up to the end, from their events), which leaves out the start-up both sides share.
+Both sides are ``tests/support/scripts/gpu_train.py``: ``--style gpu`` under the mapping (set_device, .cuda(), nccl,
+device_ids, pin_memory, autocast and GradScaler on "cuda"), ``--style cpu`` without it (gloo, no devices, no pinning,
+autocast off and the CPU's GradScaler: the same work), each a fresh script world, interleaved so both see the same
+machine load. Prints the medians and the mapped world's cost as a ratio of its twin's (the issue's bound: at most
+1.1x), and the same ratio for the training alone (the slowest rank's time from the process group up to its end,
+from its events), which leaves out the start-up both sides share.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ and ``GradScaler`` on "cuda"). Its verdicts are the CPU script's (``scenario_scr
   their last gradient all_reduce, get "Connection closed by peer". The verdict names rank 1.
 - ``fixed``: the empty batch still runs forward and backward with a zero loss; every replica ends equal.
 - ``side_stream``: a CUDA stream has no CPU meaning: every rank is refused at the script's line with
-  ``UnmappableCudaCall``, before its first step (never a silently different run).
+  ``UnmappableCudaCall``, before its first step (never a silently different run). Its ranks linger when refused: in
+  gloo's exit mode a peer still joining the process group would get "Connection closed by peer" first.
 """
 
 import ddpfaults
@@ -27,6 +28,7 @@ empty_batch_gpu = ddpfaults.script_scenario(
             "side_stream",
             argv=["--strategy", "fixed", "--side-stream"],
             faults=[],
+            peer_failure="linger",  # a rank refused first keeps its sockets open for a peer still joining the group
             expect=expect(
                 "crashed with UnmappableCudaCall",
                 every_rank_errors("UnmappableCudaCall: --cuda-on-cpu cannot map torch.cuda.Stream"),

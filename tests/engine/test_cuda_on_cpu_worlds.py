@@ -110,7 +110,8 @@ def test_a_restart_resumes_through_the_mapping_and_the_resume_check_passes(world
     [("stream", "torch.cuda.Stream"), ("graph", "torch.cuda.CUDAGraph"), ("event", "torch.cuda.Event")],
 )
 def test_an_unmappable_call_crashes_every_rank_with_one_error_naming_it_and_the_line(call, named):
-    result = run_script(UNMAPPABLE, ["--call", call], world_size=2, cuda_on_cpu=True)
+    # linger: a rank refused first must not close its sockets on a peer still joining the group (collateral there)
+    result = run_script(UNMAPPABLE, ["--call", call], world_size=2, cuda_on_cpu=True, peer_failure="linger")
     assert result.outcome == Outcome.CRASHED, result.report()
     for r in result.ranks:
         assert r.error.startswith(f"UnmappableCudaCall: --cuda-on-cpu cannot map {named} (called at unmappable.py:")

@@ -5,7 +5,8 @@
 with ``pin_memory=True`` whose batches are pinned and moved with ``.to(device, non_blocking=True)``, autocast and a
 ``GradScaler`` on "cuda", ``torch.cuda.synchronize()``/``empty_cache()``/``max_memory_allocated()``, and a resume
 that loads its checkpoint with ``map_location=f"cuda:{local_rank}"``. ``--style cpu`` is its twin: the same
-training with every one of those written for the CPU (gloo, no devices, no autocast, no scaler). No ddpfaults import.
+training with every one of those written for the CPU (gloo, no devices, no pinning, autocast off, the CPU's
+GradScaler). No ddpfaults import.
 
 ``--strategy naive`` skips a batch with no samples (``continue``); ``fixed`` runs it with a zero loss. ``--resume``
 checkpoints after every optimizer step into the working directory (model, optimizer, scaler, position, RNG) and
@@ -72,7 +73,7 @@ def main():
     else:
         ddp = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    scaler = torch.amp.GradScaler("cuda", enabled=gpu)
+    scaler = torch.amp.GradScaler("cuda" if gpu else "cpu")
     done, state = 0, None
     if args.resume and os.path.exists(CHECKPOINT):
         state = torch.load(CHECKPOINT, map_location=f"cuda:{local_rank}" if gpu else "cpu", weights_only=False)
