@@ -338,7 +338,7 @@ class RunSpec:
         help="run a script written for GPUs on the CPU, unmodified: inside each rank CUDA maps to the CPU and NCCL "
         "to gloo; what has no CPU meaning (streams, CUDA graphs, custom kernels) is refused (docs/scripts.md)",
         metavar="BOOL",
-        places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN, ENVIRONMENT),
+        places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
         quiet=True,
     )
     threads: int = setting(1, "an int >= 1", _int_at_least(1), int, help="torch threads per rank", metavar="N")
