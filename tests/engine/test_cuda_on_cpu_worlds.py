@@ -7,8 +7,9 @@ import os
 
 import pytest
 
+import cudafns
 from cli import ddpfaults_cli
-from ddpfaults import Outcome, run_script
+from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.engine import census
 from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankKilled, SkippedCollective
 from ddpfaults.judge.results import WorldResult
@@ -127,3 +128,14 @@ def test_the_command_line_flag_alone_turns_the_mapping_on_and_the_json_says_so(t
     assert "CUDA mapped to the CPU (cuda_on_cpu)" in done.stdout
     (world,) = json.loads(report.read_text())["worlds"]
     assert world["cuda_on_cpu"] is True and world["outcome"] == "completed"
+
+
+def test_a_rank_function_written_for_gpus_restarts_on_a_warm_standby_world():
+    """A restart's next attempt runs on a standby world warmed up without the mapping (a rank that had it is never
+    given another job); the attempt's own job maps CUDA."""
+    result = run_world(
+        cudafns.gpu_steps, world_size=2, cuda_on_cpu=True, faults=[RankKilled(rank=1, step=2)], max_restarts=1, stall=10
+    )
+    assert result.outcome == Outcome.COMPLETED and len(result.attempts) == 2, result.report()
+    assert result.attempts[1]["warm"], result.report()
+    assert result.values == [("cpu", 2), ("cpu", 2)]
