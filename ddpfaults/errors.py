@@ -105,3 +105,8 @@ class ScenarioMismatch(DDPFaultsError):
 
 class OrphanRanks(DDPFaultsError):
     """Rank processes (or their children) outlived their world: an engine bug, reported after killing them."""
+
+
+class UnmappableCudaCall(DDPFaultsError):
+    """Under ``cuda_on_cpu`` a script made a CUDA call with no CPU meaning (a stream, an event, a CUDA graph, an
+    NCCL-only call, a custom CUDA kernel); names the call and the script's line."""

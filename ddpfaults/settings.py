@@ -103,6 +103,7 @@ def _run_option(param: Param) -> Option:
         param.kind,
         f"{param.help} (default {param.text(param.default)}{wins})",
         param.metavar,
+        flag=param.parse is parse_bool,  # --ddpfaults-cuda-on-cpu alone: true
     )
 
 

@@ -340,6 +340,17 @@ class RunSpec:
         places=(CLI, PYTEST, MARKER, SCENARIO),
         quiet=True,
     )
+    cuda_on_cpu: bool = setting(
+        False,
+        "true or false",
+        lambda v: isinstance(v, bool),
+        parse_bool,
+        help="run a script written for GPUs on the CPU, unmodified: inside each rank CUDA maps to the CPU and NCCL "
+        "to gloo; what has no CPU meaning (streams, CUDA graphs, custom kernels) is refused (docs/scripts.md)",
+        metavar="BOOL",
+        places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
+        quiet=True,
+    )
     threads: int = setting(1, "an int >= 1", _int_at_least(1), int, help="torch threads per rank", metavar="N")
     reuse: bool = setting(
         True,

@@ -324,6 +324,13 @@ ROWS = [
         lambda e: e.api(run_world, takes_ctx, world_size=2, check_resume="yes"),
     ),
     Row(
+        "run-cuda-on-cpu-not-bool",
+        "API",
+        "ConfigError",
+        ("cuda_on_cpu must be true or false", "got 'yes'"),
+        lambda e: e.api(run_script, e.path("train.py"), world_size=2, cuda_on_cpu="yes"),
+    ),
+    Row(
         "run-peer-failure-unknown",
         "API",
         "UnknownPeerFailure",

@@ -278,7 +278,7 @@ def standby(spec, hide_main: bool) -> None:
     job = Job(
         job_dir=job_dir,
         shared_dir=os.path.join(job_dir, "shared"),
-        spec=dataclasses.replace(spec, check_resume=False),
+        spec=dataclasses.replace(spec, check_resume=False, cuda_on_cpu=False),  # the attempt's job maps CUDA
         payload=pickle.dumps((warm_up, (), {})),
         fn_module=warm_up.__module__,
         fn_file=None,

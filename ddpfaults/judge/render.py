@@ -92,7 +92,8 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
         f"ddpfaults: {world.world_size}-rank {world.backend} world {str(world.outcome).upper()} "
         f"in {world.elapsed:.2f} s ({world.reason})",
         f"function: {world.function}   seed: {world.seed}   peer_failure: {world.peer_failure}"
-        + (f"   steps counted by: {world.step_clock}" if world.step_clock != "ctx.step" else ""),
+        + (f"   steps counted by: {world.step_clock}" if world.step_clock != "ctx.step" else "")
+        + ("   CUDA mapped to the CPU (cuda_on_cpu)" if world.spec.cuda_on_cpu else ""),
         f"root cause: {world.root_cause}",
     ]
     if world.divergence:

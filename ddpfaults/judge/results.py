@@ -266,7 +266,17 @@ class RankResult:
 
 #: the run settings a report document gives as fields of the world, flat, in its order (``startup`` only when not
 #: the default); a :class:`WorldResult` takes them as keywords too, and reads them from its ``spec``
-SPEC_FIELDS = ("world_size", "seed", "backend", "peer_failure", "start_method", "stall", "timeout", "startup")
+SPEC_FIELDS = (
+    "world_size",
+    "seed",
+    "backend",
+    "peer_failure",
+    "start_method",
+    "stall",
+    "timeout",
+    "startup",
+    "cuda_on_cpu",
+)
 
 
 @dataclass
@@ -289,6 +299,7 @@ class WorldResult:
     stall: InitVar[float | None] = None
     timeout: InitVar[float | None] = None
     startup: InitVar[float | None] = None
+    cuda_on_cpu: InitVar[bool | None] = None
     spec: RunSpec | None = None
     launcher: str = "local"
     divergence: Divergence | None = None

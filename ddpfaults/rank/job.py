@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, dcp, effects, resume, running, wrapped
+from ddpfaults.rank import context, cuda_on_cpu, dcp, effects, resume, running, wrapped
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -68,6 +68,8 @@ def run_job(
     peers will read its connections closed). ``init_process_group`` None: the function initialises its own (a
     script world). A failure is not reported when ``still_reporting()`` says the world was already judged.
     """
+    if ctx.spec.cuda_on_cpu:  # before the user's code runs (and before the seed: torch.cuda's seeding is mapped)
+        cuda_on_cpu.install(int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)))
     seed_everything(ctx.seed)
     running.activate(ctx)
     result = {"value": None, "error": None, "traceback": None, "site": None, "wrapped": []}

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from ddpfaults import jobfiles
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
-from ddpfaults.rank import context, flight, forkserver, preempt, resume, seams, torch_private, tracing
+from ddpfaults.rank import context, cuda_on_cpu, flight, forkserver, preempt, resume, seams, torch_private, tracing
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -165,6 +165,8 @@ def leftover_state(config: RankConfig, baseline: dict) -> list[str]:
         found.append(f"default dtype left at {torch.get_default_dtype()}")
     if torch.are_deterministic_algorithms_enabled() != baseline["deterministic"]:
         found.append("deterministic-algorithms flag changed")
+    if cuda_on_cpu.installed():
+        found.append("CUDA is mapped to the CPU (cuda_on_cpu)")
     if not tracing.tracing_intact():
         found.append("a torch.distributed collective was replaced")
     threads = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]

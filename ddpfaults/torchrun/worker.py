@@ -67,7 +67,7 @@ from ddpfaults.proc import platform
 from ddpfaults.replay import replay_line, settings_of
 from ddpfaults.report.document import write_document
 from ddpfaults.scenario import load_module, scenarios_in
-from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, settable
+from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, parse_bool, settable
 from ddpfaults.torchrun import restarts
 from ddpfaults.torchrun.process import sever_peer_sockets, tee_stderr
 from ddpfaults.torchrun.store import (
@@ -104,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.add_argument(
             param.option,
             dest=param.name,
-            type=param.parse if param.parse in (int, float) else None,
+            type=param.parse if param.parse in (int, float, parse_bool) else None,
+            **({"nargs": "?", "const": True} if param.parse is parse_bool else {}),  # --cuda-on-cpu alone: true
             choices=param.choices or None,
             metavar=None if param.choices else param.metavar,
             help=f"{param.help} (default: {default})",

@@ -1,0 +1,363 @@
+"""``cuda_on_cpu``: a training script written for GPUs runs, unmodified, on the CPU of a rank.
+
+Installed in a rank before the user's code runs (:func:`install`, once per process; a rank that had it is never
+pooled for another job). What it maps, all at the Python level (no torch function mode: measured at 1.5-1.8x a
+small model's step, since it sees every op; these patches see only the calls that name a device):
+
+- ``torch.cuda``: ``is_available()`` is True and ``device_count()`` the local world size (``LOCAL_WORLD_SIZE``, as
+  torchrun with one GPU per rank gives), so ``set_device(local_rank)`` is valid and libraries take their GPU path;
+  ``set_device``/``current_device``/``device(i)`` keep an index; ``synchronize``, ``empty_cache``, the memory
+  statistics (zero), seeding (the CPU generator draws every number) and the RNG state (the CPU's) are harmless.
+- Devices: ``device="cuda…"`` (or a bare index) of torch's factory functions and ``Tensor.new_*``,
+  ``Tensor.to``/``.cuda()`` (a copy, as a move to a GPU is), ``Module.to``/``.cuda()``, ``torch.load``'s
+  ``map_location`` give the CPU; ``pin_memory`` is a no-op.
+- ``DistributedDataParallel``: ``device_ids``/``output_device`` are dropped for its CPU module (before faults
+  act: ``DeviceMismatch`` still hands the module an accelerator's index, which DDP refuses as without the mapping).
+- ``init_process_group``/``new_group``/``new_subgroups``: ``nccl`` runs on gloo; ``device_id`` is dropped;
+  ``init_device_mesh("cuda", …)`` is a CPU mesh; ``barrier(device_ids=…)`` a plain barrier.
+- ``autocast("cuda")`` is off (fp32 on the CPU: CPU bf16 autocast measured 2.3-4.8x slower, fp16 4-10x, on a
+  two-layer MLP; docs/scripts.md) and ``GradScaler("cuda")`` is the CPU's GradScaler (it scales and unscales).
+
+What has no CPU meaning is refused with :class:`~ddpfaults.errors.UnmappableCudaCall` naming the call and the
+user's line: streams and events, CUDA graphs, ``torch.cuda.nccl``, ``ProcessGroupNCCL`` (and its options), custom
+CUDA kernels (``CUDAExtension``, ``cpp_extension.load``/``load_inline`` of CUDA sources), the device's properties
+and capability, and every other public function of ``torch.cuda`` not mapped above.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import sys
+
+import torch
+
+from ddpfaults.rank import nccl_on_gloo
+from ddpfaults.rank.cuda_calls import CPU, OPTION, maps, refuse, refusing, refusing_class
+
+#: torch's functions that take ``device=`` (factories): the keyword is mapped, ``pin_memory=True`` dropped
+FACTORIES = (
+    "tensor as_tensor asarray zeros ones empty full rand randn randint randperm arange range linspace logspace eye "
+    "zeros_like ones_like empty_like full_like rand_like randn_like randint_like empty_strided scalar_tensor "
+    "tril_indices triu_indices sparse_coo_tensor sparse_csr_tensor normal bartlett_window blackman_window "
+    "hamming_window hann_window kaiser_window from_file"
+).split()
+TENSOR_FACTORIES = ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided")
+
+#: what each refused ``torch.cuda`` name is, for the error
+_STREAMS = "CUDA streams and events order work on a GPU; the CPU has no such semantics"
+REFUSED = {
+    **dict.fromkeys(
+        ("Stream", "ExternalStream", "Event", "stream", "StreamContext", "current_stream", "default_stream"), _STREAMS
+    ),
+    "set_stream": _STREAMS,
+    **dict.fromkeys(
+        ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"), "CUDA graphs replay GPU kernels"
+    ),
+    **dict.fromkeys(
+        ("get_device_properties", "get_device_capability"), "the CPU has no GPU properties to report truthfully"
+    ),
+}
+#: ``torch.cuda`` functions mapped by :func:`_cuda_functions` (every other public function is refused)
+_UNMAPPED_REASON = "it has no CPU meaning ddpfaults can give it"
+
+_installed = False
+_state = {"count": 1, "current": 0}
+
+
+def installed() -> bool:
+    """True once :func:`install` ran in this process (its patches stay: the rank is not reused)."""
+    return _installed
+
+
+def install(local_world_size: int) -> None:
+    """Map CUDA to the CPU and NCCL to gloo in this process (once); ``local_world_size``: the GPUs a rank sees."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    _state["count"] = local_world_size
+    _devices()
+    _cuda_functions()
+    nccl_on_gloo.install()
+    _amp()
+    _extensions()
+
+
+# -- devices --------------------------------------------------------------------------------------------------------
+
+
+def _device_kwargs(original):
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        if maps(kwargs.get("device")):
+            kwargs["device"] = CPU
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _to(original):
+    @functools.wraps(original)
+    def to(self, *args, **kwargs):
+        moved = False
+        if args and maps(args[0]):
+            args, moved = (CPU, *args[1:]), True
+        if maps(kwargs.get("device")):
+            kwargs["device"], moved = CPU, True
+        result = original(self, *args, **kwargs)
+        return result.clone() if moved and result is self else result  # a move to a GPU makes a copy
+
+    return to
+
+
+def _cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    """``Tensor.cuda()`` under the mapping: a CPU copy, as a move to a GPU gives a copy."""
+    return self.clone(memory_format=memory_format)
+
+
+def _pin_memory(self, *args, **kwargs):
+    """``Tensor.pin_memory()`` under the mapping: the tensor itself (nothing to pin for)."""
+    return self
+
+
+def _storage_cuda(self, device=None, non_blocking=False):
+    """A storage's ``.cuda()`` under the mapping (a ``map_location`` function's): the storage itself."""
+    return self
+
+
+def _tensor_type(original):
+    @functools.wraps(original)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
+            dtype = "torch." + dtype[len("torch.cuda.") :]
+        return original(self, dtype, non_blocking, **kwargs)
+
+    return type
+
+
+def _load(original):
+    @functools.wraps(original)
+    def load(f, map_location=None, *args, **kwargs):
+        if not callable(map_location):
+            map_location = CPU  # a checkpoint a GPU wrote holds CUDA storages: every tensor comes to the CPU
+        return original(f, map_location, *args, **kwargs)
+
+    return load
+
+
+def _devices() -> None:
+    for name in FACTORIES:
+        if hasattr(torch, name):
+            setattr(torch, name, _device_kwargs(getattr(torch, name)))
+    for name in TENSOR_FACTORIES:
+        setattr(torch.Tensor, name, _device_kwargs(getattr(torch.Tensor, name)))
+    torch.Tensor.to = _to(torch.Tensor.to)
+    torch.Tensor.cuda = _cuda
+    torch.Tensor.pin_memory = _pin_memory
+    torch.Tensor.type = _tensor_type(torch.Tensor.type)
+    torch.Tensor.record_stream = lambda self, stream: refuse("Tensor.record_stream", _STREAMS)
+    torch.UntypedStorage.cuda = _storage_cuda
+    torch.TypedStorage.cuda = _storage_cuda
+    torch.load = torch.serialization.load = _load(torch.serialization.load)
+
+
+# -- torch.cuda -----------------------------------------------------------------------------------------------------
+
+
+def _index(device) -> int:
+    if isinstance(device, torch.device):
+        return device.index if device.index is not None else _state["current"]
+    if isinstance(device, str):
+        return torch.device(device).index or 0 if ":" in device else _state["current"]
+    return _state["current"] if device is None else int(device)
+
+
+def _set_device(device) -> None:
+    """``torch.cuda.set_device`` under the mapping: remembers the index (``current_device()``), within the count."""
+    index = _index(device)
+    if not 0 <= index < _state["count"]:
+        raise RuntimeError(f"CUDA error: invalid device ordinal {index} ({OPTION}: {_state['count']} device(s))")
+    _state["current"] = index
+
+
+class _DeviceContext:
+    """``torch.cuda.device(i)`` / ``device_of(t)`` under the mapping: selects index ``i`` while open."""
+
+    def __init__(self, device):
+        self.index, self.previous = _index(device) if not isinstance(device, torch.Tensor) else None, None
+
+    def __enter__(self):
+        self.previous = _state["current"]
+        if self.index is not None and self.index >= 0:
+            _set_device(self.index)
+
+    def __exit__(self, *exc):
+        _state["current"] = self.previous
+        return False
+
+
+def _mem_get_info(device=None) -> tuple[int, int]:
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return memory.available, memory.total
+
+
+def _own_function(name: str, body):
+    """``body`` as a function of its own named ``torch.cuda.name``: torch._dynamo's rules map torch's functions by
+    identity, and refuse to import when one object stands under two names with different rules."""
+
+    def mapped(*args, **kwargs):
+        return body(*args, **kwargs)
+
+    mapped.__name__, mapped.__qualname__, mapped.__module__ = name, name, "torch.cuda"
+    return mapped
+
+
+def _cuda_functions() -> None:
+    cuda = torch.cuda
+    nothing = lambda *args, **kwargs: None  # noqa: E731
+    zero = lambda *args, **kwargs: 0  # noqa: E731
+    mapped = {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "init": nothing,
+        "device_count": lambda: _state["count"],
+        "current_device": lambda: _state["current"],
+        "set_device": _set_device,
+        "synchronize": nothing,
+        "empty_cache": nothing,
+        "ipc_collect": nothing,
+        "is_bf16_supported": lambda *args, **kwargs: True,
+        "is_current_stream_capturing": lambda: False,
+        "get_device_name": lambda device=None: f"cpu ({OPTION})",
+        "mem_get_info": _mem_get_info,
+        "memory_stats": lambda *args, **kwargs: {},
+        "memory_summary": lambda *args, **kwargs: f"{OPTION}: CUDA runs on the CPU; no CUDA memory to summarise",
+        "set_per_process_memory_fraction": nothing,
+        "manual_seed": nothing,  # the CPU generator draws every number; torch.manual_seed seeds it
+        "manual_seed_all": nothing,
+        "seed": nothing,
+        "seed_all": nothing,
+        "initial_seed": torch.initial_seed,
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_state["count"])],
+        "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[_state["current"]]),
+    }
+    for name in (
+        "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_cached max_memory_cached"
+    ).split():
+        mapped[name] = zero
+    for name in (
+        "reset_peak_memory_stats reset_max_memory_allocated reset_max_memory_cached reset_accumulated_memory_stats"
+    ).split():
+        mapped[name] = nothing
+    for name, value in vars(cuda).copy().items():
+        if name.startswith("_") or name in mapped or name in REFUSED:
+            continue
+        if inspect.isfunction(value) and value.__module__.startswith("torch.cuda"):  # not what it imported
+            setattr(cuda, name, refusing(name, _UNMAPPED_REASON))
+    for name, value in mapped.items():
+        setattr(cuda, name, _own_function(name, value))
+    cuda.device = cuda.device_of = _DeviceContext
+    for name, reason in REFUSED.items():
+        is_class = inspect.isclass(getattr(cuda, name, None))
+        setattr(cuda, name, (refusing_class if is_class else refusing)(name, reason))
+    nccl = "NCCL's own calls run on GPUs only"
+    for name in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "version", "unique_id"):
+        setattr(cuda.nccl, name, refusing(f"nccl.{name}", nccl))
+
+
+# -- autocast and GradScaler ----------------------------------------------------------------------------------------
+
+
+def _autocast_init(original):
+    @functools.wraps(original)
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if maps(device_type):
+            device_type, enabled = "cpu", False  # fp32: CPU low-precision autocast is 2.3-10x slower
+        original(self, device_type, dtype, enabled, cache_enabled)
+
+    return __init__
+
+
+def _scaler_init(original):
+    @functools.wraps(original)
+    def __init__(self, device="cuda", *args, **kwargs):
+        original(self, "cpu" if maps(device) else device, *args, **kwargs)
+
+    return __init__
+
+
+def _amp() -> None:
+    from torch.amp import autocast_mode, grad_scaler
+
+    autocast_mode.autocast.__init__ = _autocast_init(autocast_mode.autocast.__init__)
+    grad_scaler.GradScaler.__init__ = _scaler_init(grad_scaler.GradScaler.__init__)
+
+
+# -- custom CUDA kernels --------------------------------------------------------------------------------------------
+
+_KERNELS = "a custom CUDA kernel runs on a GPU only"
+
+
+def _extensions() -> None:
+    """Refuse CUDA kernels of ``torch.utils.cpp_extension`` (patched now if imported, else when it is: importing it
+    takes 1.2 s, for setuptools)."""
+    name = "torch.utils.cpp_extension"
+    if name in sys.modules:
+        _refuse_cuda_kernels(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(name, _refuse_cuda_kernels))
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Calls ``patch(module)`` once the module ``name`` is executed, the first time anything imports it."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _refuse_cuda_kernels(cpp_extension) -> None:
+    def cuda_sources(sources) -> bool:
+        sources = [sources] if isinstance(sources, str) else sources or []
+        return any(str(s).endswith((".cu", ".cuh")) for s in sources)
+
+    original_load, original_inline = cpp_extension.load, cpp_extension.load_inline
+
+    @functools.wraps(original_load)
+    def load(name, sources, *args, **kwargs):
+        if cuda_sources(sources) or kwargs.get("with_cuda"):
+            refuse("torch.utils.cpp_extension.load (CUDA sources)", _KERNELS)
+        return original_load(name, sources, *args, **kwargs)
+
+    @functools.wraps(original_inline)
+    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        if cuda_sources or kwargs.get("with_cuda"):
+            refuse("torch.utils.cpp_extension.load_inline (CUDA sources)", _KERNELS)
+        return original_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+
+    def cuda_extension(*args, **kwargs):
+        refuse("torch.utils.cpp_extension.CUDAExtension", _KERNELS)
+
+    cpp_extension.load, cpp_extension.load_inline, cpp_extension.CUDAExtension = load, load_inline, cuda_extension

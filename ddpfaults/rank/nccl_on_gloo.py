@@ -1,0 +1,100 @@
+"""``cuda_on_cpu``'s half for torch.distributed: NCCL runs on gloo, DDP's devices are dropped for a CPU module.
+
+``init_process_group``/``new_group``/``new_subgroups``/``new_subgroups_by_enumeration`` given a backend naming nccl
+get gloo, and their ``device_id`` is dropped; ``barrier(device_ids=...)`` is a plain barrier;
+``init_device_mesh("cuda", ...)`` makes a CPU mesh; ``is_nccl_available()`` is True; ``ProcessGroupNCCL`` and its
+``Options`` are refused. ``DistributedDataParallel`` drops ``device_ids``/``output_device`` for a module on the CPU,
+outside the DDP seam (:mod:`ddpfaults.rank.seams`): a ``DeviceMismatch`` fault still hands the module an
+accelerator's index afterwards, which DDP refuses, as without the mapping.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from torch.nn.parallel import DistributedDataParallel
+
+from ddpfaults.rank.cuda_calls import maps, refusing_class
+
+
+def _gloo(backend):
+    if isinstance(backend, str) and "nccl" in backend.lower():
+        return "gloo"
+    return backend
+
+
+def _group_call(original, *, device_id: bool):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs)
+        given = bound.arguments
+        if "backend" in given:
+            given["backend"] = _gloo(given["backend"])
+        if device_id and maps(given.get("device_id")):
+            given.pop("device_id")
+        return original(*bound.args, **bound.kwargs)
+
+    return call
+
+
+def _ddp_init(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, module, *args, **kwargs):
+        bound = signature.bind_partial(self, module, *args, **kwargs)
+        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu:
+            for name in ("device_ids", "output_device"):
+                bound.arguments.pop(name, None)
+        return original(*bound.args, **bound.kwargs)
+
+    return __init__
+
+
+def _barrier(original):
+    @functools.wraps(original)
+    def barrier(*args, **kwargs):
+        kwargs.pop("device_ids", None)
+        return original(*args, **kwargs)
+
+    return barrier
+
+
+def _init_device_mesh(original):
+    @functools.wraps(original)
+    def init_device_mesh(device_type, *args, **kwargs):
+        return original("cpu" if maps(device_type) else device_type, *args, **kwargs)
+
+    return init_device_mesh
+
+
+def install() -> None:
+    """Patch torch.distributed (once: called by :func:`ddpfaults.rank.cuda_on_cpu.install`)."""
+    for name, device_id in (
+        ("init_process_group", True),
+        ("new_group", True),
+        ("new_subgroups", False),
+        ("new_subgroups_by_enumeration", False),
+    ):
+        wrapped = _group_call(getattr(c10d, name), device_id=device_id)
+        setattr(c10d, name, wrapped)
+        setattr(dist, name, wrapped)
+    c10d.barrier = dist.barrier = _barrier(c10d.barrier)
+    dist.is_nccl_available = c10d.is_nccl_available = lambda: True
+    refused_group = refusing_class(
+        "ProcessGroupNCCL", "NCCL's process group and its options run on GPUs only", "torch.distributed."
+    )
+    refused_group.Options = refusing_class(
+        "ProcessGroupNCCL.Options", "NCCL's options configure GPUs only", "torch.distributed."
+    )
+    dist.ProcessGroupNCCL = c10d.ProcessGroupNCCL = refused_group
+    DistributedDataParallel.__init__ = _ddp_init(DistributedDataParallel.__init__)
+    import torch.distributed.device_mesh as device_mesh
+
+    device_mesh.init_device_mesh = dist.init_device_mesh = _init_device_mesh(device_mesh.init_device_mesh)

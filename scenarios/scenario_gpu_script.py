@@ -1,0 +1,38 @@
+"""A trainer written for GPUs, run unmodified on CPU ranks with ``cuda_on_cpu`` (docs/scripts.md): the empty-batch
+failure as the GPU script a team ships (``set_device``, ``.cuda()``, nccl, ``device_ids``, ``pin_memory``, autocast
+and ``GradScaler`` on "cuda"). Its verdicts are the CPU script's (``scenario_scripts.py``):
+
+- ``naive``: the empty rank ``continue`` s past its step, runs out of batches a step early and exits; its peers, in
+  their last gradient all_reduce, get "Connection closed by peer". The verdict names rank 1.
+- ``fixed``: the empty batch still runs forward and backward with a zero loss; every replica ends equal.
+- ``side_stream``: a CUDA stream has no CPU meaning: every rank is refused at the script's line with
+  ``UnmappableCudaCall``, before its first step (never a silently different run). Its ranks linger when refused: in
+  gloo's exit mode a peer still joining the process group would get "Connection closed by peer" first.
+"""
+
+import ddpfaults
+from _checks import REPLICAS_EQUAL, SAFE_STALL, every_rank_errors, expect
+from ddpfaults.faults import EmptyBatch
+
+empty_batch_gpu = ddpfaults.script_scenario(
+    "scripts/train_gpu.py",
+    name="empty_batch_gpu_script",
+    world_size=4,
+    cuda_on_cpu=True,
+    faults=[EmptyBatch(rank=1, step=1)],
+    stall=SAFE_STALL,
+    variants=[
+        ddpfaults.variant("naive", argv=["--strategy", "naive"], expect=expect("crashed on rank 1")),
+        ddpfaults.variant("fixed", argv=["--strategy", "fixed"], expect=expect("completed", REPLICAS_EQUAL)),
+        ddpfaults.variant(
+            "side_stream",
+            argv=["--strategy", "fixed", "--side-stream"],
+            faults=[],
+            peer_failure="linger",  # a rank refused first keeps its sockets open for a peer still joining the group
+            expect=expect(
+                "crashed with UnmappableCudaCall",
+                every_rank_errors("UnmappableCudaCall: --cuda-on-cpu cannot map torch.cuda.Stream"),
+            ),
+        ),
+    ],
+)

@@ -1,0 +1,141 @@
+"""A trainer written for GPUs (set_device, .cuda(), nccl, device_ids, pin_memory, autocast and GradScaler on "cuda", a
+CUDA map_location on resume) run unmodified with ``cuda_on_cpu`` on real gloo ranks: it trains as its CPU twin does,
+and every fault is judged as on the twin."""
+
+import json
+import os
+
+import pytest
+
+import cudafns
+from cli import ddpfaults_cli
+from ddpfaults import Outcome, run_script, run_world
+from ddpfaults.engine import census
+from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankKilled, SkippedCollective
+from ddpfaults.judge.results import WorldResult
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+GPU_TRAIN = os.path.join(SCRIPTS, "gpu_train.py")
+UNMAPPABLE = os.path.join(SCRIPTS, "unmappable.py")
+
+
+def _digests(result):
+    return [r.output.strip().splitlines()[-1].split("digest: ")[1] for r in result.ranks]
+
+
+def _gpu_and_twin(world_size, argv=(), **settings):
+    gpu = run_script(GPU_TRAIN, ["--style", "gpu", *argv], world_size=world_size, cuda_on_cpu=True, **settings)
+    twin = run_script(GPU_TRAIN, ["--style", "cpu", *argv], world_size=world_size, **settings)
+    for result in (gpu, twin):
+        assert census.survivors([r.pid for r in result.ranks if r.pid]) == []
+    return gpu, twin
+
+
+def _verdict(result):
+    """What the judge said, in the words that must not depend on the mapping."""
+    divergence = result.divergence
+    return (
+        result.outcome,
+        result.root_rank,
+        [(r.state, r.collateral) for r in result.ranks],
+        divergence and (divergence.index, divergence.odd_ranks, divergence.describe()),
+        [(f.rank, f.step, f.how) for f in result.fired],
+    )
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_gpu_trainer_completes_unmodified_and_trains_as_its_cpu_twin(world_size):
+    gpu, twin = _gpu_and_twin(world_size, ["--epochs", "2"])
+    assert gpu.outcome == twin.outcome == Outcome.COMPLETED, gpu.report()
+    assert len(set(_digests(gpu))) == 1 and _digests(gpu) == _digests(twin)  # bit-equal replicas, bit-equal to twin
+    assert [r.last_step for r in gpu.ranks] == [r.last_step for r in twin.ranks] == [8] * world_size
+    assert all("peak CUDA memory 0.0 MiB on cpu (--cuda-on-cpu)" in r.output for r in gpu.ranks)
+    assert "CUDA mapped to the CPU (cuda_on_cpu)" in gpu.report() and "CUDA mapped" not in twin.report()
+    document = gpu.to_dict()
+    assert document["cuda_on_cpu"] is True and twin.to_dict()["cuda_on_cpu"] is False
+    assert WorldResult.from_dict(json.loads(gpu.to_json())).spec.cuda_on_cpu
+
+
+def test_without_the_mapping_the_gpu_trainer_crashes_at_its_first_cuda_call():
+    result = run_script(GPU_TRAIN, world_size=2)
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert all(r.site.startswith("gpu_train.py:") for r in result.ranks), [r.site for r in result.ranks]
+
+
+@pytest.mark.parametrize(
+    ("world_size", "fault", "argv"),
+    [
+        (4, EmptyBatch(rank=1, step=1), ["--strategy", "naive"]),
+        (4, EmptyBatch(rank=1, step=1), ["--strategy", "fixed"]),
+        (2, RankKilled(rank=1, step=2), []),
+        (4, SkippedCollective(rank=2, step=1, op="ddp_bucket"), []),
+    ],
+    ids=["empty_batch_naive", "empty_batch_fixed", "rank_killed", "skipped_ddp_bucket"],
+)
+def test_a_fault_is_judged_through_the_mapping_as_on_the_cpu_twin(world_size, fault, argv):
+    gpu, twin = _gpu_and_twin(world_size, argv, faults=[fault])
+    assert _verdict(gpu) == _verdict(twin), f"{gpu.report()}\n\n=== CPU twin ===\n{twin.report()}"
+    assert gpu.fired, gpu.report()
+    if gpu.outcome != Outcome.COMPLETED:
+        assert "--cuda-on-cpu true" in gpu.replay and "--cuda-on-cpu" not in twin.replay
+
+
+def test_device_mismatch_keeps_its_meaning_through_the_mapping():
+    """The mapping drops the trainer's own device_ids (its module is on the CPU) before faults act: DeviceMismatch
+    still hands the CPU module an accelerator's index, and DDP refuses it as on the twin."""
+    gpu, twin = _gpu_and_twin(2, faults=[DeviceMismatch()])
+    assert gpu.outcome == twin.outcome == Outcome.CRASHED
+    for result in (gpu, twin):
+        assert all("device_ids and output_device arguments only work" in r.error for r in result.ranks), result.report()
+        assert "device_ids=[" in result.fired[0].how
+
+
+@pytest.mark.parametrize(("world_size", "rank", "step"), [(2, 1, 3), (4, 0, 5)])
+def test_a_restart_resumes_through_the_mapping_and_the_resume_check_passes(world_size, rank, step):
+    result = run_script(
+        GPU_TRAIN,
+        ["--resume", "--epochs", "2"],
+        world_size=world_size,
+        cuda_on_cpu=True,
+        faults=[RankKilled(rank=rank, step=step)],
+        max_restarts=1,
+        check_resume=True,
+        stall=10,
+    )
+    assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
+    assert result.resume["equivalent"] and result.resume["steps"] == 8, result.report()
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [("stream", "torch.cuda.Stream"), ("graph", "torch.cuda.CUDAGraph"), ("event", "torch.cuda.Event")],
+)
+def test_an_unmappable_call_crashes_every_rank_with_one_error_naming_it_and_the_line(call, named):
+    # linger: a rank refused first must not close its sockets on a peer still joining the group (collateral there)
+    result = run_script(UNMAPPABLE, ["--call", call], world_size=2, cuda_on_cpu=True, peer_failure="linger")
+    assert result.outcome == Outcome.CRASHED, result.report()
+    for r in result.ranks:
+        assert r.error.startswith(f"UnmappableCudaCall: --cuda-on-cpu cannot map {named} (called at unmappable.py:")
+        assert r.site.startswith("unmappable.py:")
+
+
+def test_the_command_line_flag_alone_turns_the_mapping_on_and_the_json_says_so(tmp_path, capsys, monkeypatch):
+    report = tmp_path / "world.json"
+    done = ddpfaults_cli(
+        capsys, monkeypatch, "run", GPU_TRAIN, "--world-size", "2", "--cuda-on-cpu", "--json", str(report)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "CUDA mapped to the CPU (cuda_on_cpu)" in done.stdout
+    (world,) = json.loads(report.read_text())["worlds"]
+    assert world["cuda_on_cpu"] is True and world["outcome"] == "completed"
+
+
+def test_a_rank_function_written_for_gpus_restarts_on_a_warm_standby_world():
+    """A restart's next attempt runs on a standby world warmed up without the mapping (a rank that had it is never
+    given another job); the attempt's own job maps CUDA."""
+    result = run_world(
+        cudafns.gpu_steps, world_size=2, cuda_on_cpu=True, faults=[RankKilled(rank=1, step=2)], max_restarts=1, stall=10
+    )
+    assert result.outcome == Outcome.COMPLETED and len(result.attempts) == 2, result.report()
+    assert result.attempts[1]["warm"], result.report()
+    assert result.values == [("cpu", 2), ("cpu", 2)]
