@@ -15,10 +15,12 @@ import itertools
 import os
 import pickle
 import shlex
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
 
+from ddpfaults.argv import argv_of
 from ddpfaults.engine import restarts
 from ddpfaults.engine.folders import check_cwd, check_output_dir
 from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
@@ -64,13 +66,26 @@ def run_script(
     faults = check_faults(faults, spec.world_size)
     restarts.check_attempts(faults, spec.max_restarts)
     check_output_dir(flight_recorder_dir, "flight_recorder_dir")
+    replay = replay_line(target, spec, faults, cwd)
 
     def run(plan, resume_watch=frozenset()):
         run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
-        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:  # each run's files its own
-            where = target if scratch is None else dataclasses.replace(target, cwd=scratch)
+        with (
+            restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch,
+            run_directory(target.argv, spec) as run_dir,
+        ):
+            where = target if scratch is None else _moved(target, copy_cwd(target.cwd, scratch))
             return restarts.run_attempts(
-                lambda attempt: _attempt(where, spec, plan, flight_recorder_dir, run_id, attempt, cwd, resume_watch),
+                lambda attempt: _attempt(
+                    attempt_target(where, spec, attempt, run_dir),
+                    spec,
+                    plan,
+                    flight_recorder_dir,
+                    run_id,
+                    attempt,
+                    replay,
+                    resume_watch,
+                ),
                 plan,
                 spec.max_restarts,
             )
@@ -79,10 +94,10 @@ def run_script(
 
 
 def _attempt(
-    target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id, attempt, cwd, resume_watch
+    target: script.ScriptTarget, spec: RunSpec, faults, flight_recorder_dir, run_id, attempt, replay, resume_watch
 ):
     """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
-    ``resume_watch``: :attr:`Work.resume_watch`."""
+    ``replay``: the world's replay line (:func:`replay_line`); ``resume_watch``: :attr:`Work.resume_watch`."""
     import torch.distributed as dist
 
     store = dist.TCPStore(script.LOOPBACK, 0, None, True, timedelta(seconds=spec.timeout + 30), wait_for_workers=False)
@@ -96,7 +111,7 @@ def _attempt(
             file=None,
             function=target.name,
             kwargs=shlex.join(target.argv),
-            replay=replay_line(target, spec, faults, cwd),
+            replay=replay,
             step_clock=target.clock,
             script=True,
             resume_watch=resume_watch,
@@ -104,6 +119,56 @@ def _attempt(
         return LocalWorld(work, faults, spec, flight_recorder_dir, attempt).run()
     finally:
         del store
+
+
+#: the placeholder a script's arguments may hold where a path outside its working directory goes (a checkpoint
+#: directory): each run of the world (the faulted run, the resume check's uninterrupted run) fills it with a
+#: directory of its own, kept across its restarts
+RUN_DIR = "{run_dir}"
+
+
+def _moved(target: script.ScriptTarget, cwd: str) -> script.ScriptTarget:
+    """``target`` run in ``cwd``, a copy of its working directory: a script inside that directory runs from the copy
+    (what it writes beside itself stays the run's)."""
+    path = target.path
+    if path is not None and not os.path.relpath(path, target.cwd).startswith(".."):
+        path = os.path.join(cwd, os.path.relpath(path, target.cwd))
+    return dataclasses.replace(target, cwd=cwd, path=path)
+
+
+def copy_cwd(cwd: str, into: str) -> str:
+    """``into``, holding a copy of the working directory ``cwd`` as it is now (files copied, symlinks kept as links):
+    the resume check runs each of its two runs in a copy of its own, so both start from the same files and neither
+    sees what the other wrote (and the caller's directory is left as it was). Measured: bench/bench_cwd_copy.py."""
+    try:
+        shutil.copytree(cwd, into, symlinks=True, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        raise ConfigError(
+            f"check_resume: the working directory {cwd} cannot be copied for the resume check's runs ({exc}); give "
+            f"the script a directory of its own (cwd=, --cwd)"
+        ) from None
+    return into
+
+
+@contextlib.contextmanager
+def run_directory(argv, spec: RunSpec):
+    """A fresh directory for :data:`RUN_DIR` when the script's arguments (or restarted attempts') name it, removed
+    when the block ends; else None."""
+    restart = argv_of(spec.restart_argv) or ()
+    if not any(RUN_DIR in a for a in (*argv, *restart)):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="ddpfaults-run-", ignore_cleanup_errors=True) as directory:
+        yield directory
+
+
+def attempt_target(target: script.ScriptTarget, spec: RunSpec, attempt: int, run_dir) -> script.ScriptTarget:
+    """``target`` as attempt ``attempt`` runs it: a restarted attempt with ``spec.restart_argv`` if given, and
+    :data:`RUN_DIR` in its arguments replaced by ``run_dir``."""
+    argv = argv_of(spec.restart_argv) if attempt > 0 and spec.restart_argv is not None else target.argv
+    if run_dir is not None:
+        argv = tuple(a.replace(RUN_DIR, run_dir) for a in argv)
+    return dataclasses.replace(target, argv=tuple(argv))
 
 
 class FreshDirectory(str):

@@ -17,6 +17,8 @@ import json
 import math
 import os
 
+from ddpfaults.judge import shared_files
+
 #: what a difference is put down to (a finding's ``cause``)
 CAUSES = (
     "samples_replayed",
@@ -32,7 +34,12 @@ CAUSES = (
     "final_state",
     "uninterrupted_failed",
     "not_resumed",
+    "shared_file",
 )
+
+#: the causes of a check that could not run (``equivalent`` None): no run to compare with, nothing resumed, or an
+#: uninterrupted run that read what the faulted one wrote
+UNCHECKED = ("uninterrupted_failed", "not_resumed", "shared_file")
 
 
 def read(job_dir: str, world_size: int) -> list[list[dict]]:
@@ -337,7 +344,12 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
     ``detail``, ``attempt``) and ``rounding`` (None, or where an equivalent run's resumed steps began to differ in
     the last bits: ``step``, ``ranks``, ``attempt``, ``relative_difference`` of the final state, at most
     :data:`RTOL`). ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per
-    attempt."""
+    attempt. An uninterrupted run that loaded a file the interrupted run saved is not compared
+    (:func:`~ddpfaults.judge.shared_files.shared_file`): the finding is unchecked (``equivalent`` None), cause
+    ``shared_file``."""
+    shared = shared_files.shared_file(baseline, attempts)
+    if shared is not None:
+        return _unchecked("shared_file", shared)
     walks = []
     for rank, base_records in enumerate(baseline):
         mine = [attempt[rank] if rank < len(attempt) else [] for attempt in attempts]
@@ -400,7 +412,7 @@ def not_resumed(outcome: str) -> dict:
 def _unchecked(cause: str, detail: str) -> dict:
     first = {"step": None, "ranks": [], "cause": cause, "detail": detail, "attempt": None}
     return {
-        "equivalent": False,
+        "equivalent": None,
         "bit_equal": False,
         "steps": 0,
         "final_identical": False,
@@ -411,6 +423,8 @@ def _unchecked(cause: str, detail: str) -> dict:
 
 def describe(finding: dict) -> str:
     """The finding in one line of a report."""
+    if finding["equivalent"] is None:
+        return f"resume not checked: {finding['first_difference']['detail']}"
     rounding = finding.get("rounding")
     if finding["equivalent"] and rounding:
         why = f": {REBUILT_DDP}" if rounding["world_size"] >= 3 else ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import numbers
+import os
 import random
 import sys
 
@@ -27,7 +28,7 @@ import torch.utils.data.dataloader as dataloader
 import xxhash
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ddpfaults.rank import running, wrapped
+from ddpfaults.rank import real_steps, running, wrapped
 
 #: the digest the capture takes of every step's parameters, state and batches: XXH3-128, 10x SHA-256's speed here
 #: (14.4 GB/s against 1.5 GB/s): SHA-256 of a 2M-parameter model's weights cost about what its SGD step did. 128 bits:
@@ -42,7 +43,10 @@ class Capture:
 
     def __init__(self, ctx, path: str, watch: frozenset):
         self.ctx, self.path, self.watch = ctx, path, watch
-        self.batches: list[str] = []  # digests of the batches drawn since the last optimizer step
+        self.batches: list[str] = []  # digests of the batches DataLoaders yielded since the last optimizer step
+        self.inputs: list[str] = []  # digests of the inputs that reached a wrapped module's forward since then
+        self.top: set = set()  # ids of the top-level wrapped modules (whose forward inputs are the batch)
+        self.files: list = []  # ["saved" or "loaded", absolute path] as torch.save / torch.load / DCP met them
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.entering: dict = {}  # optimizer id -> the digest of its parameters after its last step
         self.steps = 0
@@ -82,6 +86,7 @@ def finish(ctx) -> None:
             "module_values": [values(state.values(), seen) for state in states],
             "optimizer_values": [values(p, seen) for p in params],
             "steps": capture.steps,
+            **({"files": capture.files} if capture.files else {}),
         }
     )
     capture.file.close()
@@ -102,6 +107,8 @@ def install() -> None:
     register_optimizer_step_post_hook(_after_step)
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _drawn(iterator.__next__)
+    wrapped.on_register(_watch_forward)
+    torch.save, torch.load = _file_seen(torch.save, "saved"), _file_seen(torch.load, "loaded")
 
 
 def _active():
@@ -111,7 +118,7 @@ def _active():
 
 def _before_step(optimizer, args, kwargs) -> None:
     capture = _active()
-    if capture is None:
+    if capture is None or real_steps.initialising(optimizer):
         return
     if not any(o is optimizer for o in capture.optimizers):
         capture.optimizers.append(optimizer)
@@ -126,15 +133,54 @@ def _before_step(optimizer, args, kwargs) -> None:
 
 def _after_step(optimizer, args, kwargs) -> None:
     capture = _active()
-    if capture is None:
+    if capture is None or id(optimizer) not in capture.pending:  # an initialising step() (ddpfaults.rank.real_steps)
         return
-    before = capture.pending.pop(id(optimizer), {})
+    before = capture.pending.pop(id(optimizer))
     opt = next(i for i, o in enumerate(capture.optimizers) if o is optimizer) if capture.optimizers else 0
-    record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": capture.batches}
+    batch = capture.inputs if capture.inputs else capture.batches  # what reached the model, else what was drawn
+    record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": batch}
+    if capture.files:
+        record["files"], capture.files = capture.files, []
     capture.entering[id(optimizer)] = record["params"]
     capture.steps += 1
-    capture.batches = []
+    capture.batches, capture.inputs = [], []
     capture.write(record)
+
+
+def _watch_forward(module) -> None:
+    """Digest the inputs of every forward of ``module`` (a module the job wrapped) run with gradients, while it is a
+    top-level wrapped module: what the next optimizer step learns from (a batch drawn and skipped, or fetched ahead
+    by a prefetching loader, never reaches it)."""
+    capture = _active()
+    if capture is not None:
+        capture.top = {id(m) for m in wrapped.wrapped_modules()}
+
+    def hook(module, args, kwargs):
+        capture = _active()
+        if capture is not None and id(module) in capture.top and torch.is_grad_enabled():
+            capture.inputs.append(_digest([args, kwargs]))
+
+    module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True)
+
+
+def _file_seen(original, how: str):
+    """``torch.save`` / ``torch.load`` noting the path they were given (``how``: ``"saved"``, ``"loaded"``)."""
+
+    def seen(obj_or_f, *args, **kwargs):
+        path = obj_or_f if how == "loaded" else (args[0] if args else kwargs.get("f"))
+        _note_file(how, path)
+        return original(obj_or_f, *args, **kwargs)
+
+    seen.__wrapped__ = original
+    return seen
+
+
+def _note_file(how: str, path) -> None:
+    """Note that the running job ``how`` (``"saved"``, ``"loaded"``) the file or directory ``path`` (a path only:
+    a file object or buffer is no file of the run's)."""
+    capture = _active()
+    if capture is not None and isinstance(path, (str, os.PathLike)):
+        capture.files.append([how, os.path.abspath(os.fspath(path))])
 
 
 def _drawn(original):
@@ -272,4 +318,5 @@ def _feed(digest, value) -> None:
             _feed(digest, item)
         digest.update(b"]")
     else:
-        digest.update(repr(value).encode())
+        text = repr(value)
+        digest.update((type(value).__qualname__ if " at 0x" in text else text).encode())  # no memory address
