@@ -140,6 +140,14 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
         seen = [i for i, rec in enumerate(base) if rec.get("batch") == mine.get("batch") and mine.get("batch")]
         differ = rngs_differing(mine, theirs)
         rng = f"; the RNG state differs too ({', '.join(differ)})" if differ else ""
+        if not seen and mine.get("drawn"):  # the inputs were transformed: where the loader's last batch was drawn
+            if mine["drawn"] == theirs.get("drawn") and differ:
+                return "rng", (
+                    f"the inputs that reached rank {rank}'s model at step {step} differ from the uninterrupted run's, "
+                    f"from the same batches drawn, and the RNG state differs ({', '.join(differ)}): "
+                    + "; ".join(_RNG_HINTS[name] for name in differ)
+                )
+            seen = [i for i, rec in enumerate(base) if mine["drawn"][-1] in (rec.get("drawn") or ())]
         if seen and seen[0] < step:
             return "samples_replayed", (
                 f"rank {rank} consumed at step {step} the batch the uninterrupted run consumed at step {seen[0]}: "

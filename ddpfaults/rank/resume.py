@@ -139,6 +139,8 @@ def _after_step(optimizer, args, kwargs) -> None:
     opt = next(i for i, o in enumerate(capture.optimizers) if o is optimizer) if capture.optimizers else 0
     batch = capture.inputs if capture.inputs else capture.batches  # what reached the model, else what was drawn
     record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": batch}
+    if capture.inputs:  # what the loaders yielded too: explains a difference (samples replayed, a transform)
+        record["drawn"] = capture.batches
     if capture.files:
         record["files"], capture.files = capture.files, []
     capture.entering[id(optimizer)] = record["params"]
