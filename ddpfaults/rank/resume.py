@@ -46,7 +46,8 @@ class Capture:
         self.batches: list[str] = []  # digests of the batches DataLoaders yielded since the last optimizer step
         self.inputs: list[str] = []  # digests of the inputs that reached a wrapped module's forward since then
         self.top: set = set()  # ids of the top-level wrapped modules (whose forward inputs are the batch)
-        self.files: list = []  # ["saved" or "loaded", absolute path] as torch.save / torch.load / DCP met them
+        self.files: list = []  # ["saved" or "loaded", absolute path] as torch.save / torch.load met them
+        self.saved: set = set()  # every path the job saved (a file moved into place keeps counting)
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.entering: dict = {}  # optimizer id -> the digest of its parameters after its last step
         self.steps = 0
@@ -109,6 +110,7 @@ def install() -> None:
     iterator.__next__ = _drawn(iterator.__next__)
     wrapped.on_register(_watch_forward)
     torch.save, torch.load = _file_seen(torch.save, "saved"), _file_seen(torch.load, "loaded")
+    os.replace, os.rename = _moved(os.replace), _moved(os.rename)
 
 
 def _active():
@@ -177,12 +179,31 @@ def _file_seen(original, how: str):
     return seen
 
 
+def _moved(original):
+    """``os.replace`` / ``os.rename`` noting a saved file moved into place (``torch.save`` to a temporary name, then
+    ``os.replace``) as saved under its new name."""
+
+    def move(src, dst, *args, **kwargs):
+        result = original(src, dst, *args, **kwargs)
+        capture = _active()
+        if capture is not None and isinstance(src, (str, os.PathLike)) and isinstance(dst, (str, os.PathLike)):
+            if os.path.abspath(os.fspath(src)) in capture.saved:
+                _note_file("saved", dst)
+        return result
+
+    move.__wrapped__ = original
+    return move
+
+
 def _note_file(how: str, path) -> None:
     """Note that the running job ``how`` (``"saved"``, ``"loaded"``) the file or directory ``path`` (a path only:
     a file object or buffer is no file of the run's)."""
     capture = _active()
     if capture is not None and isinstance(path, (str, os.PathLike)):
-        capture.files.append([how, os.path.abspath(os.fspath(path))])
+        noted = [how, os.path.abspath(os.fspath(path))]
+        capture.files.append(noted)
+        if how == "saved":
+            capture.saved.add(noted[1])
 
 
 def _drawn(original):

@@ -24,7 +24,9 @@ from ddpfaults.faults import RankKilled
 if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
     pytest.skip("transformers or accelerate is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.slow  # a third-party trainer's worlds: run apart (pyproject.toml)
+# a third-party trainer's worlds: run apart (pyproject.toml); 4 ranks importing transformers on a loaded 2-core
+# machine outlast pytest-timeout's default
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "support", "scripts", "hf_trainer.py")
