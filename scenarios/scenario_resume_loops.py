@@ -16,8 +16,10 @@ restart a fresh model and optimizer, ``get_state_dict`` (which builds the fresh 
 zero-rate ``step()``: no training step), ``dcp.load``, then ``set_state_dict``. Killed at step 5, restarted once:
 
 - ``fixed``: the model and the optimizer restored: bit-equal at 2 ranks, equivalent at 4 (``fixed_4_ranks``).
-- ``model_only``: ``set_model_state_dict`` alone: Adam resumes with the fresh state DCP built (moments zero, step 1),
-  caught at the resumed step as ``optimizer_state``.
+- ``model_only``: the model's state alone (``get_model_state_dict``, ``dcp.load``, ``set_model_state_dict``): Adam
+  resumes with no state (its moments start over), caught at the resumed step as ``optimizer_state``. (Loading into
+  ``get_state_dict(model, optimizer)``'s dicts and then setting the model's alone is no such bug: ``dcp.load`` fills
+  the optimizer's own state tensors in place.)
 """
 
 import os
@@ -117,9 +119,14 @@ STEPS = 8
 
 def fsdp2_dcp_train(ctx, *, optimizer=True):
     """``STEPS`` steps of an FSDP2 MLP with Adam, a DCP checkpoint after every step (``get_state_dict``), resumed
-    with ``set_state_dict`` (``optimizer=False``: ``set_model_state_dict``, the model alone)."""
+    with ``set_state_dict`` (``optimizer=False``: the model alone)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -137,12 +144,15 @@ def fsdp2_dcp_train(ctx, *, optimizer=True):
     if os.path.exists(latest):
         with open(latest) as f:
             done = int(f.read())
-        model_state, optim_state = get_state_dict(model, opt)  # builds the fresh optimizer's state: no step
-        state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=os.path.join(ctx.shared_dir, f"step-{done}"))
+        where = os.path.join(ctx.shared_dir, f"step-{done}")
         if optimizer:
+            model_state, optim_state = get_state_dict(model, opt)  # builds the fresh optimizer's state: no step
+            state = {"model": model_state, "optim": optim_state}
+            dcp.load(state, checkpoint_id=where)
             set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
         else:
+            state = {"model": get_model_state_dict(model)}
+            dcp.load(state, checkpoint_id=where)
             set_model_state_dict(model, state["model"])
     for step in range(done, STEPS):
         ctx.step(step)
