@@ -37,8 +37,7 @@ CAUSES = (
     "shared_file",
 )
 
-#: the causes of a check that could not run (``equivalent`` None): no run to compare with, nothing resumed, or an
-#: uninterrupted run that read what the faulted one wrote
+#: the causes of a check that could not run (``equivalent`` None): no run to compare, nothing resumed, a file shared
 UNCHECKED = ("uninterrupted_failed", "not_resumed", "shared_file")
 
 
