@@ -1,14 +1,14 @@
 """The resume check's verdict: is an interrupted, restarted run the run that would have happened?
 
-Each rank of both runs recorded every optimizer step as digests (:mod:`ddpfaults.rank.resume`). The interrupted
-run's attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step after
-the one whose parameters it resumed with (its first step's parameters before the step, found among the
-uninterrupted run's). A step that ran again after a restart replaces the earlier one. Then step by step, rank by
-rank: a difference in the batch, the learning rate, the parameters or the optimizer state is a difference, and the
-first one is explained by what the evidence shows (the batch: samples replayed or skipped; the learning rate: the
-scheduler; the optimizer state; the RNG, named: torch's CPU generator, Python's ``random``, numpy's; the parameters
-the run resumed with). Finally the state of every module the runs wrapped in DDP/FSDP is compared. Pure data:
-imports no torch.
+Each rank of both runs recorded every optimizer step as digests (:mod:`ddpfaults.rank.resume`). The interrupted run's
+attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step after the one
+whose parameters it resumed with (its first step's parameters before the step, found among the uninterrupted run's). A
+step that ran again after a restart replaces the earlier one. Then step by step, rank by rank: a difference in the batch
+(what reached the model's forward), the learning rate, the parameters or the optimizer state is a difference, and the
+first one is explained by what the evidence shows (the batch: samples replayed or skipped, from the batches the loaders
+drew, or the RNG that transformed the same batches; the learning rate: the scheduler; the optimizer state; the RNG,
+named: torch's CPU generator, Python's ``random``, numpy's; the parameters the run resumed with). Finally the state of
+every module the runs wrapped in DDP/FSDP is compared. Pure data: imports no torch.
 """
 
 from __future__ import annotations

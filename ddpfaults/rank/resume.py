@@ -3,15 +3,20 @@ script.
 
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to its
 ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at its first step in the job, before it), each
-param group's learning rate, the batches the rank's DataLoaders yielded since the previous step, and, what a resumed run
-restores, the optimizer's state and the global RNGs' states before the step (torch's CPU generator, Python's ``random``
-and, if the rank imported it, numpy's): at each optimizer's first step, and at each step entered with parameters the job
-was told to watch (the judge compares them where a run resumed: the run without faults, which runs second, watches the
-parameters each attempt of the run with faults resumed with). When the job's function returns, a final record holds the
-state of every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as
-digests and as :func:`values` (what tells a difference in the last bits from a real one). The judge compares an
-interrupted, resumed run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's
-spec asks for the check.
+param group's learning rate, the step's batch (the inputs of every forward, with gradients, of a top-level module the
+job wrapped in DDP or FSDP since the previous step: what the step learned from, not a batch a loader drew and threw away
+or fetched ahead; a job that wrapped none: the batches its DataLoaders yielded, which are also kept beside the inputs,
+as ``drawn``, to explain a difference), the paths ``torch.save``/``torch.load`` were given (``files``: the judge refuses
+a check whose uninterrupted run loaded the faulted run's file), and, what a resumed run restores, the optimizer's state
+and the global RNGs' states before the step (torch's CPU generator, Python's ``random`` and, if the rank imported it,
+numpy's): at each optimizer's first step, and at each step entered with parameters the job was told to watch (the judge
+compares them where a run resumed: the run without faults, which runs second, watches the parameters each attempt of the
+run with faults resumed with). When the job's function returns, a final record holds the state of every module it
+wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as
+:func:`values` (what tells a difference in the last bits from a real one). The judge compares an interrupted, resumed
+run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
+check. A ``step()`` that learns nothing (:mod:`ddpfaults.rank.real_steps`: DCP building a fresh optimizer's state) is no
+step here.
 """
 
 from __future__ import annotations

@@ -36,11 +36,6 @@ def on_register(listener) -> None:
     _listeners.append(listener)
 
 
-def is_top_level(module) -> bool:
-    """True if ``module`` is a wrapped module no other wrapped module holds (see :func:`wrapped_modules`)."""
-    return any(entry[0] is module for entry in _top_level())
-
-
 def wrapped_modules() -> list:
     """The top-level modules the job wrapped in DDP or FSDP, in construction order."""
     return [entry[0] for entry in _top_level()]
