@@ -28,7 +28,7 @@ def shared_file(baseline: list[list[dict]], attempts: list[list[list[dict]]]) ->
                         f"share that path, so the uninterrupted run resumed from the faulted run's files. Give each "
                         f"run its own: put {{run_dir}} in the script's arguments where the path goes (each run "
                         f"fills it with a directory of its own; docs/recovery.md), or keep the path inside the "
-                        f"working directory (each run starts from its own copy)"
+                        f"working directory (each run starts from its own copy); a rank function: ctx.shared_dir"
                     )
     return None
 

@@ -33,7 +33,7 @@ import torch.utils.data.dataloader as dataloader
 import xxhash
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ddpfaults.rank import real_steps, running, wrapped
+from ddpfaults.rank import dcp_loads, real_steps, running, wrapped
 
 #: the digest the capture takes of every step's parameters, state and batches: XXH3-128, 10x SHA-256's speed here
 #: (14.4 GB/s against 1.5 GB/s): SHA-256 of a 2M-parameter model's weights cost about what its SGD step did. 128 bits:
@@ -116,6 +116,7 @@ def install() -> None:
     wrapped.on_register(_watch_forward)
     torch.save, torch.load = _file_seen(torch.save, "saved"), _file_seen(torch.load, "loaded")
     os.replace, os.rename = _moved(os.replace), _moved(os.rename)
+    dcp_loads.watch(_note_file)
 
 
 def _active():
@@ -186,7 +187,8 @@ def _file_seen(original, how: str):
 
 def _moved(original):
     """``os.replace`` / ``os.rename`` noting a saved file moved into place (``torch.save`` to a temporary name, then
-    ``os.replace``) as saved under its new name."""
+    ``os.replace``) as saved under its new name, and a DCP checkpoint's directory as saved when its ``.metadata`` is
+    renamed into place."""
 
     def move(src, dst, *args, **kwargs):
         result = original(src, dst, *args, **kwargs)
@@ -194,6 +196,8 @@ def _moved(original):
         if capture is not None and isinstance(src, (str, os.PathLike)) and isinstance(dst, (str, os.PathLike)):
             if os.path.abspath(os.fspath(src)) in capture.saved:
                 _note_file("saved", dst)
+            elif os.path.basename(os.fspath(dst)) == ".metadata":  # a DCP checkpoint completed: its directory
+                _note_file("saved", os.path.dirname(os.fspath(dst)))
         return result
 
     move.__wrapped__ = original

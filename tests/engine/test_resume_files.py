@@ -84,3 +84,16 @@ def test_run_check_resume_exits_1_on_a_resume_that_differs_and_expect_resumed_eq
         timeout=300,
     )
     assert held.returncode == 0, held.stdout + held.stderr
+
+
+def test_a_dcp_checkpoint_directory_both_runs_share_is_refused(tmp_path):
+    import restartfns
+
+    shared = str(tmp_path / "dcp")
+    result = ddpfaults.run_world(
+        restartfns.dcp_in, world_size=2, kwargs={"directory": shared}, faults=KILL, max_restarts=1,
+        check_resume=True, stall=20, startup=120,
+    )  # fmt: skip
+    first = result.resume["first_difference"]
+    assert result.resume["equivalent"] is None and first["cause"] == "shared_file", result.report()
+    assert f"loaded {shared}/step-6, which the faulted run saved" in first["detail"]
