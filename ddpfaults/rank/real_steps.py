@@ -12,15 +12,16 @@ import torch
 
 
 def initialising(optimizer) -> bool:
-    """True if ``optimizer``'s ``step()`` (called now: before it or after it, with its gradients as they are) learns
-    nothing: every group's learning rate is 0 and every gradient is absent or all zeros. Reads the gradients only
-    when every learning rate is 0 (a warmup's first step at rate 0 with real gradients is a step: Adam's moments
-    move)."""
+    """True if ``optimizer``'s ``step()`` (called now: before it or after it, with its gradients as they are) is one
+    that builds its state: every group's learning rate is 0 and every parameter that requires a gradient has one of
+    all zeros (as DCP sets them). Reads the gradients only when every learning rate is 0 (a warmup's first step at
+    rate 0 with real gradients is a step: Adam's moments move; a step at rate 0 with no gradient at all, a script's
+    step counter, is one too)."""
     groups = optimizer.param_groups
     if not groups or any(_rate(group.get("lr")) != 0 for group in groups):
         return False
-    grads = [p.grad for group in groups for p in group["params"] if p.grad is not None]
-    return all(not torch.count_nonzero(_local(g)).item() for g in grads)
+    grads = [p.grad for group in groups for p in group["params"] if p.requires_grad]
+    return bool(grads) and all(g is not None and not torch.count_nonzero(_local(g)).item() for g in grads)
 
 
 def _rate(lr) -> float | None:

@@ -103,9 +103,9 @@ def test_a_step_with_every_rate_zero_and_every_gradient_zero_is_no_training_step
 
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.0)
-    assert initialising(opt)  # no gradient yet: DCP's _init_optim_state sets zeros, then steps at rate 0
+    assert not initialising(opt)  # no gradient at all: a step at rate 0 (a script's step counter) is a step
     for p in model.parameters():
-        p.grad = torch.zeros_like(p)
+        p.grad = torch.zeros_like(p)  # as DCP's _init_optim_state sets them, then steps at rate 0
     assert initialising(opt)
     model(torch.ones(2, 3)).sum().backward()
     assert not initialising(opt)  # a warmup's first step at rate 0 with real gradients moves Adam's moments
