@@ -1,8 +1,9 @@
 """Command line: ``python -m ddpfaults {demo,run,matrix,soak,html,trace} ...``.
 
 ``run``'s exit code: with ``--expect``, 0 if the expectation held, else 1; without, 0 for a completed world, 1 for
-a hung or crashed one, 3 for one that timed out while still making progress (:data:`EXIT_TIMED_OUT`). 2 is bad
-input, for every command."""
+a hung or crashed one, 3 for one that timed out while still making progress (:data:`EXIT_TIMED_OUT`); with
+``--check-resume``, also 1 when the resume check did not find the resumed run equivalent (it differs, or the check
+could not run). 2 is bad input, for every command."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def _report(result, args, expect) -> int:
         write_document(args.json, [result], expectations=[expectation])
     print(result.report())
     if expectation is None:
-        return {Outcome.COMPLETED: 0, Outcome.TIMED_OUT: EXIT_TIMED_OUT}.get(result.outcome, 1)
+        code = {Outcome.COMPLETED: 0, Outcome.TIMED_OUT: EXIT_TIMED_OUT}.get(result.outcome, 1)
+        return 1 if result.resume is not None and not result.resume["equivalent"] else code
     verdict = "OK" if expectation.held else "MISMATCH"
     print(f"\nexpected {expect.describe()}, observed {result.outcome}: {verdict}")
     for mismatch in expectation.mismatches:
@@ -211,7 +213,9 @@ def _main(argv=None) -> int:
         metavar="EXPECT",
         help="what the world must do: completed, hung, crashed or 'timed out', optionally followed by "
         "'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 1'); every fault must "
-        "fire. Exit code 0 if it held, 1 if not (without --expect: 0 completed, 1 hung or crashed, 3 timed out)",
+        "fire; then the resume check's finding: 'resumed equivalent', 'resume differs [from step N][: CAUSE]' (alone: "
+        "completed and it). Exit code 0 if it held, 1 if not (without --expect: 0 completed, 1 hung or crashed, 3 "
+        "timed out; 1 too when --check-resume did not find the resume equivalent)",
     )
     run.add_argument(
         "--allow-unfired",
@@ -264,6 +268,8 @@ def _main(argv=None) -> int:
             result = run_world(train, world_size=spec.world_size, faults=plan, spec=spec)
             return _report(result, args, Expect.parse("hung"))
         expect = _expect(args.expect)
+        if expect is not None and expect.checks_resume:  # an expected finding needs the check, as a scenario's does
+            args.check_resume = True
         result = _run(args, script_argv)
         code = _report(result, args, expect)
         if expect is None and not args.allow_unfired:  # an expectation judges unfired faults itself

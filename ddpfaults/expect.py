@@ -16,6 +16,12 @@ _EXPECT_TEXT = re.compile(
     r"(?: on rank (?P<rank>\d+))?"
     r"(?: in (?P<collective>[\w.]+))?$"
 )
+#: the resume check's finding at the end of an expectation's text: ``resumed equivalent``, ``resume differs``,
+#: ``resume differs from step N``, ``resume differs: CAUSE``, ``resume not checked: CAUSE``
+_RESUME_TEXT = re.compile(
+    r"(?:^|[;,]?\s+)(?P<resume>resumed equivalent|resume (?P<how>differs|not checked)"
+    r"(?: from step (?P<step>\d+))?(?::? (?P<cause>[a-z_]+))?)$"
+)
 
 
 @dataclass(frozen=True)
@@ -85,15 +91,21 @@ class Expect:
         if isinstance(value, Outcome):
             return cls(value)
         if isinstance(value, str):
-            match = _EXPECT_TEXT.match(value.strip())
+            text, resume = value.strip(), {}
+            found = _RESUME_TEXT.search(text)
+            if found:
+                text, resume = text[: found.start()].strip() or "completed", _resume_of(found.groupdict())
+            match = _EXPECT_TEXT.match(text)
             if not match:
                 raise ScenarioError(
                     f"expect {value!r}: write one of {_OUTCOMES}, optionally followed by "
-                    f"'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 0')"
+                    f"'with ErrorType', 'on rank N', 'in collective' (e.g. 'crashed with KeyError on rank 0'), "
+                    f"and by the resume check's finding: 'resumed equivalent', 'resume differs [from step N][: "
+                    f"CAUSE]' or 'resume not checked[: CAUSE]' (alone, the outcome is completed)"
                 )
             parts = match.groupdict()
             rank = int(parts["rank"]) if parts["rank"] is not None else None
-            return cls(parts["outcome"], rank=rank, error=parts["error"], collective=parts["collective"])
+            return cls(parts["outcome"], rank=rank, error=parts["error"], collective=parts["collective"], **resume)
         raise ScenarioError(f"expect must be a string or ddpfaults.Expect, got {value!r}")
 
     def describe(self) -> str:
@@ -264,6 +276,20 @@ def replica_mismatches(result: WorldResult) -> list[Mismatch]:
     return found
 
 
+def _resume_of(parts: dict) -> dict:
+    """The resume fields of an expectation's text (see :data:`_RESUME_TEXT`)."""
+    from ddpfaults.judge.resume import UNCHECKED
+
+    if parts["resume"] == "resumed equivalent":
+        return {"resume_equivalent": True}
+    step = int(parts["step"]) if parts["step"] is not None else None
+    if parts["how"] == "not checked":
+        if parts["cause"] not in UNCHECKED:
+            raise ScenarioError(f"expect: 'resume not checked: CAUSE' takes one of {', '.join(UNCHECKED)}")
+        return {"resume_cause": parts["cause"]}
+    return {"resume_equivalent": False, "resume_cause": parts["cause"], "resume_step": step}
+
+
 def _check_resume_fields(expect: Expect) -> None:
     from ddpfaults.judge.resume import CAUSES
 
@@ -281,6 +307,8 @@ def _check_resume_fields(expect: Expect) -> None:
 
 
 def _resume_mismatches(expect: Expect, result: WorldResult) -> list[Mismatch]:
+    from ddpfaults.judge.resume import UNCHECKED
+
     if not expect.checks_resume:
         return []
     finding = result.resume
@@ -290,7 +318,7 @@ def _resume_mismatches(expect: Expect, result: WorldResult) -> list[Mismatch]:
     observed = {"equivalent": finding["equivalent"], "cause": first.get("cause"), "step": first.get("step")}
     wanted = {k: v for k, v in expect.resume_wanted.items() if v is not None}
     if expect.resume_cause or expect.resume_step is not None:
-        wanted["equivalent"] = False
+        wanted["equivalent"] = None if expect.resume_cause in UNCHECKED else False
     if all(observed[k] == v for k, v in wanted.items()):
         return []
     from ddpfaults.judge.resume import describe

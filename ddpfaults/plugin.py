@@ -263,6 +263,8 @@ class DDPWorld:
         declared = {name: kwargs.pop(name) for name in list(kwargs) if name in PARAM}
         spec = _spec(self._item).replace(world_size=world_size, **declared).replace(**settings.pinned)
         expect = Expect.parse(expect) if expect is not None else None
+        if expect is not None and expect.checks_resume:  # an expected finding needs the check, as a scenario's does
+            spec = spec.replace(check_resume=True)
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))

@@ -20,13 +20,13 @@ from ddpfaults.spec import CLI, PARAM, RunSpec, settable
 #: how :func:`replay_line` writes a setting: ``--world-size 2`` (``python -m ddpfaults``, a torchrun worker),
 #: ``--ddpfaults-world-size=2`` (pytest), ``world_size=2`` (a Python call)
 OPTION, PYTEST_OPTION, CALL = "option", "pytest", "call"
-_ORDER = (int, float, str, bool)  # counts, then seconds, then words
+_ORDER = (int, float, str, bool)  # counts, then seconds, then words, then (9) the rest (arguments)
 
 
 def settings_of(spec: RunSpec, place: str) -> dict:
     """The settings of ``spec`` that ``place`` may set (:data:`ddpfaults.spec.PLACES`), in replay order (a quiet one
     only when it is not its default)."""
-    params = sorted(settable(place), key=lambda p: _ORDER.index(type(p.default)))
+    params = sorted(settable(place), key=lambda p: _ORDER.index(type(p.default)) if type(p.default) in _ORDER else 9)
     values = {p.name: getattr(spec, p.name) for p in params}
     return {name: v for name, v in values.items() if not (PARAM[name].quiet and v == PARAM[name].default)}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpfaults import errors
+from ddpfaults.argv import argv_text, is_argv, parse_argv
 from ddpfaults.resolver import environment_name, first_given, from_environment, pytest_option_name
 
 BACKENDS = ("gloo", "nccl")
@@ -87,6 +88,7 @@ class Param:
     places: frozenset = frozenset()
     pins: bool = False
     quiet: bool = False  # a replay line names it only when it is not the default
+    flag: str = ""  # its command-line option, when not the name's (``--restart-args`` for ``restart_argv``)
 
     def validate(self, value, source: str | None = None):
         """``value`` if valid (ints given for seconds become floats), else the param's error naming ``source``."""
@@ -110,12 +112,14 @@ class Param:
 
     def text(self, value) -> str:
         """``value`` as a command line writes it (``2`` for 2.0 seconds)."""
+        if isinstance(value, (list, tuple)):
+            return argv_text(value)
         return f"{value:g}" if self.seconds else str(value).lower() if isinstance(value, bool) else str(value)
 
     @property
     def option(self) -> str:
         """Its ``python -m ddpfaults`` and torchrun worker option, e.g. ``--world-size``."""
-        return "--" + self.name.replace("_", "-")
+        return self.flag or "--" + self.name.replace("_", "-")
 
     @property
     def pytest_option(self) -> str:
@@ -350,6 +354,18 @@ class RunSpec:
         metavar="BOOL",
         places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
         quiet=True,
+    )
+    restart_argv: str | tuple | None = setting(
+        None,
+        "a shell-quoted string or a list of strings",
+        is_argv,
+        parse_argv,
+        help="scripts: the arguments restarted attempts run with (default: the first attempt's), e.g. "
+        "'--init_from=resume' for a script that resumes by a flag; {run_dir} as in the arguments (docs/recovery.md)",
+        metavar="ARGS",
+        places=(CLI, MARKER, SCENARIO),
+        quiet=True,
+        flag="--restart-args",
     )
     threads: int = setting(1, "an int >= 1", _int_at_least(1), int, help="torch threads per rank", metavar="N")
     reuse: bool = setting(

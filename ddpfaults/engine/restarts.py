@@ -80,7 +80,8 @@ def restarted(result: WorldResult) -> bool:
 def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
     """The last of a restarted world's attempts (``results``, attempt 0 first), with every attempt in its
     ``attempts`` (:func:`summary`), ``fired`` and ``unfired``: each attempt's unfired faults are those of its own
-    attempt; faults of attempts never run are unfired with no chance."""
+    attempt; faults of attempts never run are unfired with no chance. Its ``preemption`` is the world's: the last
+    attempt's that was preempted (each attempt's own stays in ``attempts``)."""
     for attempt, result in enumerate(results):
         result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
     last = results[-1]
@@ -90,6 +91,7 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
         UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
     ]
     last.fired = [f for r in results for f in r.fired]
+    last.preemption = next((r.preemption for r in reversed(results) if r.preemption is not None), None)
     return last
 
 

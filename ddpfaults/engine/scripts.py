@@ -15,10 +15,12 @@ import itertools
 import os
 import pickle
 import shlex
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
 
+from ddpfaults.argv import argv_of
 from ddpfaults.engine import restarts, world
 from ddpfaults.engine.folders import check_cwd
 from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
@@ -75,18 +77,24 @@ class ScriptRun:
 
     @contextlib.contextmanager
     def kept(self, spec: RunSpec):
-        """One run's id (torchrun's run id, the same for its attempts) and its target: in a scratch working
-        directory of its own when the resume check runs it twice (each run's files its own)."""
+        """One run's id (torchrun's run id, the same for its attempts), its target (in a copy of its working directory
+        of its own when the resume check runs it twice: both runs start from the same files, each run's files its
+        own) and its :data:`RUN_DIR` directory (None when its arguments name none)."""
         run_id = f"ddpfaults-{os.getpid()}-{next(_RUNS)}"
-        with restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch:
-            yield run_id, self.target if scratch is None else dataclasses.replace(self.target, cwd=scratch)
+        with (
+            restarts.kept_dir("ddpfaults-cwd-", spec.check_resume) as scratch,
+            run_directory(self.target.argv, spec) as run_dir,
+        ):
+            where = self.target if scratch is None else _moved(self.target, copy_cwd(self.target.cwd, scratch))
+            yield run_id, where, run_dir
 
     def attempt(self, request, plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
         """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
         ``resume_watch``: :attr:`Work.resume_watch`."""
         import torch.distributed as dist
 
-        spec, (run_id, target) = request.spec, kept
+        spec, (run_id, where, run_dir) = request.spec, kept
+        target = attempt_target(where, spec, attempt, run_dir)
         timeout = timedelta(seconds=spec.timeout + 30)
         store = dist.TCPStore(script.LOOPBACK, 0, None, True, timeout, wait_for_workers=False)
         try:
@@ -99,7 +107,7 @@ class ScriptRun:
                 file=None,
                 function=target.name,
                 kwargs=shlex.join(target.argv),
-                replay=script_command(target, spec, plan, moved=self.moved, fresh=self.fresh),
+                replay=script_command(self.target, spec, plan, moved=self.moved, fresh=self.fresh),
                 step_clock=target.clock,
                 script=True,
                 resume_watch=resume_watch,
@@ -107,6 +115,56 @@ class ScriptRun:
             return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt).run()
         finally:
             del store
+
+
+#: the placeholder a script's arguments may hold where a path outside its working directory goes (a checkpoint
+#: directory): each run of the world (the faulted run, the resume check's uninterrupted run) fills it with a
+#: directory of its own, kept across its restarts
+RUN_DIR = "{run_dir}"
+
+
+def _moved(target: script.ScriptTarget, cwd: str) -> script.ScriptTarget:
+    """``target`` run in ``cwd``, a copy of its working directory: a script inside that directory runs from the copy
+    (what it writes beside itself stays the run's)."""
+    path = target.path
+    if path is not None and not os.path.relpath(path, target.cwd).startswith(".."):
+        path = os.path.join(cwd, os.path.relpath(path, target.cwd))
+    return dataclasses.replace(target, cwd=cwd, path=path)
+
+
+def copy_cwd(cwd: str, into: str) -> str:
+    """``into``, holding a copy of the working directory ``cwd`` as it is now (files copied, symlinks kept as links):
+    the resume check runs each of its two runs in a copy of its own, so both start from the same files and neither
+    sees what the other wrote (and the caller's directory is left as it was). Measured: bench/bench_cwd_copy.py."""
+    try:
+        shutil.copytree(cwd, into, symlinks=True, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        raise ConfigError(
+            f"check_resume: the working directory {cwd} cannot be copied for the resume check's runs ({exc}); give "
+            f"the script a directory of its own (cwd=, --cwd)"
+        ) from None
+    return into
+
+
+@contextlib.contextmanager
+def run_directory(argv, spec: RunSpec):
+    """A fresh directory for :data:`RUN_DIR` when the script's arguments (or restarted attempts') name it, removed
+    when the block ends; else None."""
+    restart = argv_of(spec.restart_argv) or ()
+    if not any(RUN_DIR in a for a in (*argv, *restart)):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="ddpfaults-run-", ignore_cleanup_errors=True) as directory:
+        yield directory
+
+
+def attempt_target(target: script.ScriptTarget, spec: RunSpec, attempt: int, run_dir) -> script.ScriptTarget:
+    """``target`` as attempt ``attempt`` runs it: a restarted attempt with ``spec.restart_argv`` if given, and
+    :data:`RUN_DIR` in its arguments replaced by ``run_dir``."""
+    argv = argv_of(spec.restart_argv) if attempt > 0 and spec.restart_argv is not None else target.argv
+    if run_dir is not None:
+        argv = tuple(a.replace(RUN_DIR, run_dir) for a in argv)
+    return dataclasses.replace(target, argv=tuple(argv))
 
 
 class FreshDirectory(str):

@@ -1,14 +1,14 @@
 """The resume check's verdict: is an interrupted, restarted run the run that would have happened?
 
-Each rank of both runs recorded every optimizer step as digests (:mod:`ddpfaults.rank.resume`). The interrupted
-run's attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step after
-the one whose parameters it resumed with (its first step's parameters before the step, found among the
-uninterrupted run's). A step that ran again after a restart replaces the earlier one. Then step by step, rank by
-rank: a difference in the batch, the learning rate, the parameters or the optimizer state is a difference, and the
-first one is explained by what the evidence shows (the batch: samples replayed or skipped; the learning rate: the
-scheduler; the optimizer state; the RNG, named: torch's CPU generator, Python's ``random``, numpy's; the parameters
-the run resumed with). Finally the state of every module the runs wrapped in DDP/FSDP is compared. Pure data:
-imports no torch.
+Each rank of both runs recorded every optimizer step as digests (:mod:`ddpfaults.rank.resume`). The interrupted run's
+attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step after the one
+whose parameters it resumed with (its first step's parameters before the step, found among the uninterrupted run's). A
+step that ran again after a restart replaces the earlier one. Then step by step, rank by rank: a difference in the batch
+(what reached the model's forward), the learning rate, the parameters or the optimizer state is a difference, and the
+first one is explained by what the evidence shows (the batch: samples replayed or skipped, from the batches the loaders
+drew, or the RNG that transformed the same batches; the learning rate: the scheduler; the optimizer state; the RNG,
+named: torch's CPU generator, Python's ``random``, numpy's; the parameters the run resumed with). Finally the state of
+every module the runs wrapped in DDP/FSDP is compared. Pure data: imports no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import math
 import os
 
 from ddpfaults import jobfiles
+from ddpfaults.judge import shared_files
 
 #: what a difference is put down to (a finding's ``cause``)
 CAUSES = (
@@ -34,7 +35,11 @@ CAUSES = (
     "final_state",
     "uninterrupted_failed",
     "not_resumed",
+    "shared_file",
 )
+
+#: the causes of a check that could not run (``equivalent`` None): no run to compare, nothing resumed, a file shared
+UNCHECKED = ("uninterrupted_failed", "not_resumed", "shared_file")
 
 
 def read(job_dir: str, world_size: int) -> list[list[dict]]:
@@ -135,6 +140,14 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
         seen = [i for i, rec in enumerate(base) if rec.get("batch") == mine.get("batch") and mine.get("batch")]
         differ = rngs_differing(mine, theirs)
         rng = f"; the RNG state differs too ({', '.join(differ)})" if differ else ""
+        if not seen and mine.get("drawn"):  # the inputs were transformed: where the loader's last batch was drawn
+            if mine["drawn"] == theirs.get("drawn") and differ:
+                return "rng", (
+                    f"the inputs that reached rank {rank}'s model at step {step} differ from the uninterrupted run's, "
+                    f"from the same batches drawn, and the RNG state differs ({', '.join(differ)}): "
+                    + "; ".join(_RNG_HINTS[name] for name in differ)
+                )
+            seen = [i for i, rec in enumerate(base) if mine["drawn"][-1] in (rec.get("drawn") or ())]
         if seen and seen[0] < step:
             return "samples_replayed", (
                 f"rank {rank} consumed at step {step} the batch the uninterrupted run consumed at step {seen[0]}: "
@@ -339,7 +352,12 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
     ``detail``, ``attempt``) and ``rounding`` (None, or where an equivalent run's resumed steps began to differ in
     the last bits: ``step``, ``ranks``, ``attempt``, ``relative_difference`` of the final state, at most
     :data:`RTOL`). ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per
-    attempt."""
+    attempt. An uninterrupted run that loaded a file the interrupted run saved is not compared
+    (:func:`~ddpfaults.judge.shared_files.shared_file`): the finding is unchecked (``equivalent`` None), cause
+    ``shared_file``."""
+    shared = shared_files.shared_file(baseline, attempts)
+    if shared is not None:
+        return _unchecked("shared_file", shared)
     walks = []
     for rank, base_records in enumerate(baseline):
         mine = [attempt[rank] if rank < len(attempt) else [] for attempt in attempts]
@@ -402,7 +420,7 @@ def not_resumed(outcome: str) -> dict:
 def _unchecked(cause: str, detail: str) -> dict:
     first = {"step": None, "ranks": [], "cause": cause, "detail": detail, "attempt": None}
     return {
-        "equivalent": False,
+        "equivalent": None,
         "bit_equal": False,
         "steps": 0,
         "final_identical": False,
@@ -413,6 +431,8 @@ def _unchecked(cause: str, detail: str) -> dict:
 
 def describe(finding: dict) -> str:
     """The finding in one line of a report."""
+    if finding["equivalent"] is None:
+        return f"resume not checked: {finding['first_difference']['detail']}"
     rounding = finding.get("rounding")
     if finding["equivalent"] and rounding:
         why = f": {REBUILT_DDP}" if rounding["world_size"] >= 3 else ""

@@ -56,4 +56,5 @@ def feed(digest, value) -> None:
             feed(digest, item)
         digest.update(b"]")
     else:
-        digest.update(repr(value).encode())
+        text = repr(value)
+        digest.update((type(value).__qualname__ if " at 0x" in text else text).encode())  # no memory address

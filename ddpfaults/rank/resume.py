@@ -3,15 +3,20 @@ script.
 
 At every optimizer step (torch's global optimizer step hooks: every optimizer counts) a rank writes one record to its
 ``rank{r}.resume`` file: the optimizer's parameters after the step (and, at its first step in the job, before it), each
-param group's learning rate, the batches the rank's DataLoaders yielded since the previous step, and, what a resumed run
-restores, the optimizer's state and the global RNGs' states before the step (torch's CPU generator, Python's ``random``
-and, if the rank imported it, numpy's): at each optimizer's first step, and at each step entered with parameters the job
-was told to watch (the judge compares them where a run resumed: the run without faults, which runs second, watches the
-parameters each attempt of the run with faults resumed with). When the job's function returns, a final record holds the
-state of every module it wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as
-digests and as :func:`values` (what tells a difference in the last bits from a real one). The judge compares an
-interrupted, resumed run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's
-spec asks for the check.
+param group's learning rate, the step's batch (the inputs of every forward, with gradients, of a top-level module the
+job wrapped in DDP or FSDP since the previous step: what the step learned from, not a batch a loader drew and threw away
+or fetched ahead; a job that wrapped none: the batches its DataLoaders yielded, which are also kept beside the inputs,
+as ``drawn``, to explain a difference), the paths ``torch.save``/``torch.load`` were given (``files``: the judge refuses
+a check whose uninterrupted run loaded the faulted run's file), and, what a resumed run restores, the optimizer's state
+and the global RNGs' states before the step (torch's CPU generator, Python's ``random`` and, if the rank imported it,
+numpy's): at each optimizer's first step, and at each step entered with parameters the job was told to watch (the judge
+compares them where a run resumed: the run without faults, which runs second, watches the parameters each attempt of the
+run with faults resumed with). When the job's function returns, a final record holds the state of every module it
+wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as
+:func:`values` (what tells a difference in the last bits from a real one). The judge compares an interrupted, resumed
+run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
+check. A ``step()`` that learns nothing (:mod:`ddpfaults.rank.real_steps`: DCP building a fresh optimizer's state) is no
+step here.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import json
 import numbers
+import os
 import random
 import sys
 
@@ -26,7 +32,7 @@ import torch
 import torch.utils.data.dataloader as dataloader
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ddpfaults.rank import running, wrapped
+from ddpfaults.rank import dcp_loads, real_steps, running, wrapped
 from ddpfaults.rank.digest import Digest
 from ddpfaults.rank.digest import feed as _feed
 from ddpfaults.rank.digest import hexdigest as _digest
@@ -40,7 +46,11 @@ class Capture:
 
     def __init__(self, ctx, path: str, watch: frozenset):
         self.ctx, self.path, self.watch = ctx, path, watch
-        self.batches: list[str] = []  # digests of the batches drawn since the last optimizer step
+        self.batches: list[str] = []  # digests of the batches DataLoaders yielded since the last optimizer step
+        self.inputs: list[str] = []  # digests of the inputs that reached a wrapped module's forward since then
+        self.top: set = set()  # ids of the top-level wrapped modules (whose forward inputs are the batch)
+        self.files: list = []  # ["saved" or "loaded", absolute path] as torch.save / torch.load met them
+        self.saved: set = set()  # every path the job saved (a file moved into place keeps counting)
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.entering: dict = {}  # optimizer id -> the digest of its parameters after its last step
         self.steps = 0
@@ -80,6 +90,7 @@ def finish(ctx) -> None:
             "module_values": [values(state.values(), seen) for state in states],
             "optimizer_values": [values(p, seen) for p in params],
             "steps": capture.steps,
+            **({"files": capture.files} if capture.files else {}),
         }
     )
     capture.file.close()
@@ -100,6 +111,10 @@ def install() -> None:
     register_optimizer_step_post_hook(_after_step)
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _drawn(iterator.__next__)
+    wrapped.on_register(_watch_forward)
+    torch.save, torch.load = _file_seen(torch.save, "saved"), _file_seen(torch.load, "loaded")
+    os.replace, os.rename = _moved(os.replace), _moved(os.rename)
+    dcp_loads.watch(_note_file)
 
 
 def _active():
@@ -109,7 +124,7 @@ def _active():
 
 def _before_step(optimizer, args, kwargs) -> None:
     capture = _active()
-    if capture is None:
+    if capture is None or real_steps.initialising(optimizer):
         return
     if not any(o is optimizer for o in capture.optimizers):
         capture.optimizers.append(optimizer)
@@ -124,15 +139,78 @@ def _before_step(optimizer, args, kwargs) -> None:
 
 def _after_step(optimizer, args, kwargs) -> None:
     capture = _active()
-    if capture is None:
+    if capture is None or id(optimizer) not in capture.pending:  # an initialising step() (ddpfaults.rank.real_steps)
         return
-    before = capture.pending.pop(id(optimizer), {})
+    before = capture.pending.pop(id(optimizer))
     opt = next(i for i, o in enumerate(capture.optimizers) if o is optimizer) if capture.optimizers else 0
-    record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": capture.batches}
+    batch = capture.inputs if capture.inputs else capture.batches  # what reached the model, else what was drawn
+    record = {"i": capture.steps, "opt": opt, **before, "params": _params_digest(optimizer), "batch": batch}
+    if capture.inputs:  # what the loaders yielded too: explains a difference (samples replayed, a transform)
+        record["drawn"] = capture.batches
+    if capture.files:
+        record["files"], capture.files = capture.files, []
     capture.entering[id(optimizer)] = record["params"]
     capture.steps += 1
-    capture.batches = []
+    capture.batches, capture.inputs = [], []
     capture.write(record)
+
+
+def _watch_forward(module) -> None:
+    """Digest the inputs of every forward of ``module`` (a module the job wrapped) run with gradients, while it is a
+    top-level wrapped module: what the next optimizer step learns from (a batch drawn and skipped, or fetched ahead
+    by a prefetching loader, never reaches it)."""
+    capture = _active()
+    if capture is not None:
+        capture.top = {id(m) for m in wrapped.wrapped_modules()}
+
+    def hook(module, args, kwargs):
+        capture = _active()
+        if capture is not None and id(module) in capture.top and torch.is_grad_enabled():
+            capture.inputs.append(_digest([args, kwargs]))
+
+    module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True)
+
+
+def _file_seen(original, how: str):
+    """``torch.save`` / ``torch.load`` noting the path they were given (``how``: ``"saved"``, ``"loaded"``)."""
+
+    def seen(obj_or_f, *args, **kwargs):
+        path = obj_or_f if how == "loaded" else (args[0] if args else kwargs.get("f"))
+        _note_file(how, path)
+        return original(obj_or_f, *args, **kwargs)
+
+    seen.__wrapped__ = original
+    return seen
+
+
+def _moved(original):
+    """``os.replace`` / ``os.rename`` noting a saved file moved into place (``torch.save`` to a temporary name, then
+    ``os.replace``) as saved under its new name, and a DCP checkpoint's directory as saved when its ``.metadata`` is
+    renamed into place."""
+
+    def move(src, dst, *args, **kwargs):
+        result = original(src, dst, *args, **kwargs)
+        capture = _active()
+        if capture is not None and isinstance(src, (str, os.PathLike)) and isinstance(dst, (str, os.PathLike)):
+            if os.path.abspath(os.fspath(src)) in capture.saved:
+                _note_file("saved", dst)
+            elif os.path.basename(os.fspath(dst)) == ".metadata":  # a DCP checkpoint completed: its directory
+                _note_file("saved", os.path.dirname(os.fspath(dst)))
+        return result
+
+    move.__wrapped__ = original
+    return move
+
+
+def _note_file(how: str, path) -> None:
+    """Note that the running job ``how`` (``"saved"``, ``"loaded"``) the file or directory ``path`` (a path only:
+    a file object or buffer is no file of the run's)."""
+    capture = _active()
+    if capture is not None and isinstance(path, (str, os.PathLike)):
+        noted = [how, os.path.abspath(os.fspath(path))]
+        capture.files.append(noted)
+        if how == "saved":
+            capture.saved.add(noted[1])
 
 
 def _drawn(original):

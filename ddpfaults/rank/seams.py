@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ddpfaults.rank import context, running, torch_private, wrapped
+from ddpfaults.rank import context, real_steps, running, torch_private, wrapped
 from ddpfaults.spec import STEP_CLOCKS
 
 OPTIMIZER, DATALOADER = STEP_CLOCKS
@@ -88,7 +88,7 @@ def process_group_ready(ctx) -> None:
 
 def _optimizer_stepped(optimizer, args, kwargs) -> None:
     ctx = running.current()
-    if ctx is not None and ctx.clock == OPTIMIZER:
+    if ctx is not None and ctx.clock == OPTIMIZER and not real_steps.initialising(optimizer):
         ctx.step(1 if ctx.current_step is None else ctx.current_step + 1)
 
 

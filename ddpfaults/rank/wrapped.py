@@ -16,6 +16,7 @@ from ddpfaults.rank.digest import SHA256, hexdigest
 DDP, FSDP = "ddp", "fsdp"
 
 _registry: list[tuple] = []  # (module, kind, sharded, site), in construction order
+_listeners: list = []  # what register calls with each module it notes (the resume capture's forward hook)
 
 
 def register(module, kind: str, *, sharded: bool = False) -> None:
@@ -23,6 +24,13 @@ def register(module, kind: str, *, sharded: bool = False) -> None:
     of its state, so its ranks' states are not replicas)."""
     if not any(m is module for m, *_ in _registry):
         _registry.append((module, kind, sharded, context.call_site()))
+        for listener in _listeners:
+            listener(module)
+
+
+def on_register(listener) -> None:
+    """Call ``listener(module)`` with every module :func:`register` notes from now on (once per process)."""
+    _listeners.append(listener)
 
 
 def wrapped_modules() -> list:

@@ -262,3 +262,16 @@ def test_a_hyperparameter_the_resume_forgot_is_caught_beyond_rounding_where_the_
     assert "more than rounding (1e-05)" in first["detail"]
     kept = ddpfaults.run_world(restartfns.forgets_weight_decay, kwargs={"forget": False}, **run)
     assert kept.resume["equivalent"], kept.report()
+
+
+def test_a_restarted_world_s_preemption_is_the_world_s_each_attempt_keeps_its_own():
+    from ddpfaults.faults import Plan
+    from ddpfaults.judge.results import Outcome, WorldResult
+
+    notice = {"step": 6, "notified": [0, 1], "handled": [], "saved": [], "steps_lost": 3}
+    first = WorldResult(Outcome.CRASHED, [], "preempted", None, "ended", 1.0)
+    first.preemption = notice
+    last = WorldResult(Outcome.COMPLETED, [], "", None, "ended", 1.0)
+    merged = restarts.merge([first, last], Plan((), 2))
+    assert merged.preemption == notice
+    assert [a["preemption"] for a in merged.attempts] == [notice, None]

@@ -408,3 +408,44 @@ def test_a_difference_before_any_restart_says_the_run_is_not_reproducible():
         "before any restart: the run is not reproducible (an unseeded RNG, a "
         "nondeterministic kernel) or a fault changed it"
     )
+
+
+def test_inputs_transformed_otherwise_from_the_same_batches_drawn_name_the_rng_that_differs():
+    base = [dict(r, drawn=[f"d{r['i']}"]) if not r.get("final") else r for r in BASE]
+    mine = _resumed(base, 4, batch=["other"], rng={"torch": "t4", "random": "lost", "numpy": "n4"})
+    first = resume.compare([base], [[_run(4, final=None)], [mine]])["first_difference"]
+    assert (first["step"], first["cause"]) == (4, "rng"), first
+    assert "from the same batches drawn, and the RNG state differs (python random)" in first["detail"]
+
+
+def test_inputs_from_a_batch_drawn_again_are_samples_replayed_though_transformed_otherwise():
+    base = [dict(r, drawn=[f"d{r['i']}"]) if not r.get("final") else r for r in BASE]
+    mine = _resumed(base, 4, batch=["other"], drawn=["d0"])
+    first = resume.compare([base], [[_run(4, final=None)], [mine]])["first_difference"]
+    assert (first["step"], first["cause"]) == (4, "samples_replayed"), first
+
+
+def test_an_uninterrupted_run_that_loaded_the_faulted_run_s_file_is_refused_not_a_difference():
+    killed = _run(4, final=None)
+    killed[2]["files"] = [["saved", "/scratch/run1/ckpt.pt"]]
+    base = [dict(r) for r in BASE]
+    base[0]["files"] = [["loaded", "/scratch/run1/ckpt.pt"]]
+    finding = resume.compare([base], [[killed], [_resumed(BASE, 4)]])
+    assert finding["equivalent"] is None and finding["first_difference"]["cause"] == "shared_file"
+    assert "loaded /scratch/run1/ckpt.pt, which the faulted run saved" in finding["first_difference"]["detail"]
+    assert "{run_dir}" in finding["first_difference"]["detail"]
+    assert resume.describe(finding).startswith("resume not checked: the uninterrupted run's rank 0 loaded")
+
+
+def test_a_file_the_uninterrupted_run_saved_before_loading_it_is_its_own():
+    killed = _run(4, final=None)
+    killed[2]["files"] = [["saved", "/scratch/ckpt.pt"]]
+    base = [dict(r) for r in BASE]
+    base[1]["files"] = [["saved", "/scratch/ckpt.pt"], ["loaded", "/scratch/ckpt.pt"]]
+    assert resume.compare([base], [[killed], [_resumed(BASE, 4)]])["equivalent"] is True
+
+
+def test_a_check_that_could_not_run_is_neither_equivalent_nor_different():
+    for finding in (resume.not_resumed("completed"), resume.unchecked("crashed", "rank 1 raised")):
+        assert finding["equivalent"] is None and finding["first_difference"]["cause"] in resume.UNCHECKED
+        assert resume.describe(finding).startswith("resume not checked: ")

@@ -91,3 +91,40 @@ def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
     bare = junit.find(".//testcase[@name='test_bare_run_script']")
     assert {p.get("name"): p.get("value") for p in bare.iter("property")}["ddpfaults.verdict"] == "completed"
     assert_no_orphans(document)
+
+
+BY_FLAG = (Path(__file__).resolve().parents[1] / "support" / "scripts" / "resume_by_flag.py").read_text()
+
+RESUME_TESTS = """
+import os
+
+from ddpfaults.faults import RankKilled
+
+RUN = dict(world_size=2, faults=[RankKilled(rank=1, step=3)], max_restarts=1, stall=20)
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_by_flag.py")
+
+
+def _cwd(tmp_path):
+    (tmp_path / "config.py").write_text("lr = 0.05\\nsteps = 6\\n")
+    return tmp_path
+
+
+def test_resumed_equivalent(ddp_world, tmp_path):
+    restart = "--ckpt {run_dir} --init-from resume"
+    ddp_world.run_script(SCRIPT, ["--ckpt", "{run_dir}"], cwd=_cwd(tmp_path), restart_argv=restart,
+                         expect="resumed equivalent", **RUN)
+
+
+def test_resume_that_differs(ddp_world, tmp_path):
+    restart = "--ckpt {run_dir} --init-from resume --lose optimizer"
+    ddp_world.run_script(SCRIPT, ["--ckpt", "{run_dir}"], cwd=_cwd(tmp_path), restart_argv=restart,
+                         expect="resumed equivalent", **RUN)
+"""
+
+
+def test_an_expectation_naming_the_resume_runs_the_check_and_fails_on_a_resume_that_differs(pytester, monkeypatch):
+    isolate(pytester, monkeypatch, resume_by_flag=BY_FLAG, test_resume=RESUME_TESTS)
+    result, document = run(pytester, "-v", timeout=600)  # four runs of a world, two of them restarted
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*expected the resume check to find {'equivalent': True}, observed resume differs*"])
+    assert_no_orphans(document)

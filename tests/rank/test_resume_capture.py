@@ -96,3 +96,48 @@ def test_a_tensor_met_again_is_summarised_once_and_alike():
     assert values([weight.detach()], seen) == first and len(seen) == 1
     assert values([weight.clone()], seen) == first and len(seen) == 2
     assert values([weight.t()], seen) != first  # the same memory read another way is another tensor
+
+
+def test_a_step_with_every_rate_zero_and_every_gradient_zero_is_no_training_step():
+    from ddpfaults.rank.real_steps import initialising
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.0)
+    assert not initialising(opt)  # no gradient at all: a step at rate 0 (a script's step counter) is a step
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # as DCP's _init_optim_state sets them, then steps at rate 0
+    assert initialising(opt)
+    model(torch.ones(2, 3)).sum().backward()
+    assert not initialising(opt)  # a warmup's first step at rate 0 with real gradients moves Adam's moments
+    opt.param_groups[0]["lr"] = torch.tensor(0.1)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    assert not initialising(opt)
+
+
+def test_dcp_s_optimizer_initialisation_is_not_captured_as_a_step_and_forward_inputs_are_the_batch(tmp_path):
+    from torch.distributed.checkpoint.state_dict import _init_optim_state
+
+    from ddpfaults.rank import wrapped
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ctx = SimpleNamespace()
+    running.activate(ctx)
+    path = tmp_path / "rank0.resume"
+    try:
+        resume.start(ctx, str(path))
+        wrapped.register(model, wrapped.DDP)
+        _init_optim_state(opt)  # the zero-gradient, zero-rate step() get_state_dict makes on a fresh optimizer
+        loader = iter(torch.utils.data.DataLoader(torch.arange(8.0).reshape(4, 2), batch_size=1))
+        next(loader)  # drawn and thrown away (a fast-forward): never reaches the model
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        resume.finish(ctx)
+    finally:
+        running.activate(None)
+    steps = [json.loads(line) for line in path.read_text().splitlines() if '"final"' not in line]
+    assert len(steps) == 1 and steps[0]["i"] == 0
+    assert steps[0]["batch"] == [resume._digest([(torch.ones(2, 3),), {}])]
+    assert len(steps[0]["drawn"]) == 1  # the drawn batch is kept to explain a difference, not compared

@@ -83,6 +83,7 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_rank0_only.py",
         "scenario_rank_crash.py",
         "scenario_resume.py",
+        "scenario_resume_loops.py",
         "scenario_scripts.py",
         "scenario_set_epoch.py",
         "scenario_sync_batchnorm.py",

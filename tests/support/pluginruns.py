@@ -29,10 +29,11 @@ def isolate(pytester, monkeypatch, **files):
     return pytester
 
 
-def run(pytester, *args):
-    """``runpytest_subprocess`` with the plugin and a JSON report; returns (result, report document)."""
+def run(pytester, *args, timeout=None):
+    """``runpytest_subprocess`` with the plugin and a JSON report; returns (result, report document). ``timeout``:
+    the session's seconds (default :data:`RUN_TIMEOUT`)."""
     result = pytester.runpytest_subprocess(
-        "-p", "ddpfaults", "--ddpfaults-report=worlds.json", *args, timeout=RUN_TIMEOUT
+        "-p", "ddpfaults", "--ddpfaults-report=worlds.json", *args, timeout=timeout or RUN_TIMEOUT
     )
     return result, _report(pytester.path)
 

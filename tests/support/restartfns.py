@@ -133,3 +133,33 @@ def two_optimizers(ctx, steps=6, restore_second=True):
             os.replace(path + ".tmp", path)
         dist.barrier()
     return start
+
+
+def dcp_in(ctx, directory, steps=6):
+    """SGD on a linear model, a DCP checkpoint of it after every step into ``directory`` (a path outside the run's
+    own), resumed from its ``latest`` one when there."""
+    import torch.distributed.checkpoint as dcp
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    latest = os.path.join(directory, "latest")
+    done = 0
+    if os.path.exists(latest):
+        with open(latest) as f:
+            done = int(f.read())
+        state = {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=os.path.join(directory, f"step-{done}"))
+        model.load_state_dict(state["model"])
+    for step in range(done, steps):
+        ctx.step(step)
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        dcp.save({"model": model.state_dict()}, checkpoint_id=os.path.join(directory, f"step-{step + 1}"))
+        if ctx.rank == 0:
+            with open(latest + ".tmp", "w") as f:
+                f.write(str(step + 1))
+            os.replace(latest + ".tmp", latest)
+        dist.barrier()
+    return done
