@@ -235,7 +235,7 @@ def test_autoload_plus_dash_p_registers_the_plugin_once(user):
     result = user.runpytest("-p", "ddpfaults", "--markers")
     signature = (
         "@pytest.mark.ddpfaults(world_size=None, timeout=None, stall=None, startup=None, peer_failure=None, "
-        "max_restarts=None, check_resume=None, restart_argv=None, seed=None)*"
+        "max_restarts=None, check_resume=None, cuda_on_cpu=None, restart_argv=None, seed=None)*"
     )
     result.stdout.fnmatch_lines([signature])
 
@@ -342,7 +342,7 @@ def test_bad_value():
         [
             "*ERROR collecting test_marked.py*",
             "MarkerError: ddpfaults marker of test_marked.py::test_typo: unknown keyword 'wrold_size' (known: "
-            "world_size, timeout, stall, startup, peer_failure, max_restarts, check_resume, restart_argv, seed)",
+            "world_size, timeout, stall, startup, peer_failure, max_restarts, check_resume, cuda_on_cpu, restart_argv, seed)",
             "MarkerError: ddpfaults marker of test_marked.py::test_bad_value: timeout must be a positive number of "
             "seconds, got 'soon'",
         ]

@@ -75,6 +75,7 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_device.py",
         "scenario_empty_batch.py",
         "scenario_fsdp.py",
+        "scenario_gpu_script.py",
         "scenario_grad_accumulation.py",
         "scenario_link.py",
         "scenario_metrics.py",
