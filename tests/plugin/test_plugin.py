@@ -342,7 +342,8 @@ def test_bad_value():
         [
             "*ERROR collecting test_marked.py*",
             "MarkerError: ddpfaults marker of test_marked.py::test_typo: unknown keyword 'wrold_size' (known: "
-            "world_size, timeout, stall, startup, peer_failure, max_restarts, check_resume, cuda_on_cpu, restart_argv, seed)",
+            "world_size, timeout, stall, startup, peer_failure, max_restarts, check_resume, cuda_on_cpu, restart_argv, "
+            "seed)",
             "MarkerError: ddpfaults marker of test_marked.py::test_bad_value: timeout must be a positive number of "
             "seconds, got 'soon'",
         ]
