@@ -262,8 +262,9 @@ class RunSpec:
         places=(CLI, PYTEST, MARKER, SCENARIO),
     )
     timeout: float = seconds_setting(
-        60.0,
-        help="hard wall-clock cap of a world in seconds, start-up included",
+        300.0,
+        help="hard wall-clock cap of a world in seconds, start-up included (hangs end sooner: the stall rule and the "
+        "deadlock proofs; this ends a world that keeps moving, or keeps starting)",
         places=(CLI, PYTEST, MARKER, SCENARIO, TORCHRUN),
     )
     stall: float = seconds_setting(

@@ -43,7 +43,7 @@ def run_world(
     """Run ``fn(ctx, *args, **kwargs)`` in ``world_size`` real rank processes and judge the world.
 
     ``settings`` are keywords naming fields of :class:`~ddpfaults.spec.RunSpec` (``docs/options.md``); those left
-    out (or None) come from ``spec``, else the defaults (timeout 60 s, stall 2 s, start-up 300 s, seed 0, gloo,
+    out (or None) come from ``spec``, else the defaults (timeout 300 s, stall 2 s, start-up 300 s, seed 0, gloo,
     peer_failure exit, forkserver, 1 thread). ``timeout`` is the
     hard wall-clock cap, start-up included; ``stall`` the window without progress after which a world whose live
     ranks all wait on their peers is judged hung; ``startup`` an upper bound on start-up (the fork server importing

@@ -68,7 +68,7 @@ def test_settings_resolve_command_line_then_environment_then_ini(user, monkeypat
     config = user.parseconfigure("-p", "ddpfaults", "--ddpfaults-world-size=7")
     settings = config.stash[SETTINGS]
     assert (settings.world_size, settings.source("world_size")) == (7, "--ddpfaults-world-size")
-    assert (settings.seed, settings.seed_pinned, settings.stall, settings.timeout) == (4, False, 0.5, 60.0)
+    assert (settings.seed, settings.seed_pinned, settings.stall, settings.timeout) == (4, False, 0.5, 300.0)
     config = user.parseconfigure("-p", "ddpfaults")
     settings = config.stash[SETTINGS]
     assert (settings.world_size, settings.source("world_size")) == (5, "DDPFAULTS_WORLD_SIZE")
