@@ -15,6 +15,8 @@ small model's step, since it sees every op; these patches see only the calls tha
   act: ``DeviceMismatch`` still hands the module an accelerator's index, which DDP refuses as without the mapping).
 - ``init_process_group``/``new_group``/``new_subgroups``: ``nccl`` runs on gloo; ``device_id`` is dropped;
   ``init_device_mesh("cuda", …)`` is a CPU mesh; ``barrier(device_ids=…)`` a plain barrier.
+- ``torch.accelerator`` names no accelerator, as on a CPU build of torch (on a CUDA build, torch's own checks would
+  reach the CUDA runtime through it).
 - ``autocast("cuda")`` is off (fp32 on the CPU: CPU bf16 autocast measured 2.3-4.8x slower, fp16 4-10x, on a
   two-layer MLP; docs/scripts.md) and ``GradScaler("cuda")`` is the CPU's GradScaler (it scales and unscales).
 
@@ -81,6 +83,7 @@ def install(local_world_size: int) -> None:
     _state["count"] = local_world_size
     _devices()
     _cuda_functions()
+    _no_accelerator()
     nccl_on_gloo.install()
     _amp()
     _extensions()
@@ -166,6 +169,14 @@ def _devices() -> None:
     torch.load = torch.serialization.load = _load(torch.serialization.load)
 
 
+def _no_accelerator() -> None:
+    """``torch.accelerator`` names none, as on a CPU build of torch: on a CUDA build it names CUDA, and the
+    optimizer's graph-capture check (torch 2.15: ``Optimizer._accelerator_graph_capture_health_check``) then asks
+    the CUDA runtime for its current stream ("CUDA driver version is insufficient" on a machine with no GPU)."""
+    if hasattr(torch, "accelerator"):
+        torch.accelerator.current_accelerator = lambda check_available=False: None
+
+
 # -- torch.cuda -----------------------------------------------------------------------------------------------------
 
 
@@ -221,6 +232,7 @@ def _own_function(name: str, body):
 
 def _cuda_functions() -> None:
     cuda = torch.cuda
+    originals = vars(cuda).copy()
     nothing = lambda *args, **kwargs: None  # noqa: E731
     zero = lambda *args, **kwargs: 0  # noqa: E731
     mapped = {
@@ -272,6 +284,10 @@ def _cuda_functions() -> None:
     nccl = "NCCL's own calls run on GPUs only"
     for name in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "version", "unique_id"):
         setattr(cuda.nccl, name, refusing(f"nccl.{name}", nccl))
+    for name, value in originals.items():  # torch._dynamo reads some at import (torch 2.15: use_mem_pool.__wrapped__)
+        stand_in = getattr(cuda, name)
+        if hasattr(value, "__wrapped__") and stand_in is not value and inspect.isfunction(stand_in):
+            stand_in.__wrapped__ = value.__wrapped__
 
 
 # -- autocast and GradScaler ----------------------------------------------------------------------------------------

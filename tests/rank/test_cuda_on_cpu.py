@@ -39,6 +39,11 @@ def test_every_way_of_naming_a_cuda_device_gives_the_cpu(seen):
     assert seen["is_cuda"] is False
 
 
+def test_torch_accelerator_names_none_as_on_a_cpu_build(seen):
+    # on a CUDA build torch.accelerator names CUDA: the optimizer's graph-capture check then reached the CUDA runtime
+    assert seen["accelerator"] == ["None", False]
+
+
 def test_a_move_to_cuda_copies_as_on_a_gpu_and_pinning_is_a_no_op(seen):
     assert seen["copies"] == {"cuda_copies": True, "to_copies": True}
     assert seen["cpu_to_cpu_is_self"] and seen["pin_memory_is_self"]

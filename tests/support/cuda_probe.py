@@ -51,6 +51,7 @@ to_moved.add_(2)
 seen["copies"] = {"cuda_copies": x.sum().item() == 0 and moved.sum().item() == 3, "to_copies": to_moved is not x}
 seen["pin_memory_is_self"] = pinned is x
 seen["is_cuda"] = moved.is_cuda
+seen["accelerator"] = [str(torch.accelerator.current_accelerator()), torch.accelerator.is_available()]
 seen["cpu_to_cpu_is_self"] = x.to("cpu") is x
 buffer = io.BytesIO()
 torch.save({"w": torch.ones(2)}, buffer)
