@@ -224,7 +224,7 @@ def test_autoload_off_needs_and_works_with_dash_p(user, monkeypatch, every_optio
     off = user.runpytest_inprocess("-k", "completes")  # no plugin, so no world: no subprocess needed
     off.stdout.fnmatch_lines(["*no tests ran*"])
     result, document, _ = every_option
-    result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=60s stall=2s startup=300s seed=0*"])
+    result.stdout.fnmatch_lines(["ddpfaults: world_size=4 timeout=300s stall=2s startup=300s seed=0*"])
     assert len(document["worlds"]) == 4
 
 
