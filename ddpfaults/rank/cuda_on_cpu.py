@@ -29,15 +29,13 @@ and capability, and every other public function of ``torch.cuda`` not mapped abo
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import inspect
-import sys
 
 import torch
 
 from ddpfaults.rank import nccl_on_gloo
 from ddpfaults.rank.cuda_calls import CPU, OPTION, maps, refuse, refusing, refusing_class
+from ddpfaults.rank.on_import import patch_on_import
 
 #: torch's functions that take ``device=`` (factories): the keyword is mapped, ``pin_memory=True`` dropped
 FACTORIES = (
@@ -326,32 +324,7 @@ _KERNELS = "a custom CUDA kernel runs on a GPU only"
 def _extensions() -> None:
     """Refuse CUDA kernels of ``torch.utils.cpp_extension`` (patched now if imported, else when it is: importing it
     takes 1.2 s, for setuptools)."""
-    name = "torch.utils.cpp_extension"
-    if name in sys.modules:
-        _refuse_cuda_kernels(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _PatchOnImport(name, _refuse_cuda_kernels))
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Calls ``patch(module)`` once the module ``name`` is executed, the first time anything imports it."""
-
-    def __init__(self, name: str, patch):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, name, path, target=None):
-        if name != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            self.patch(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
+    patch_on_import("torch.utils.cpp_extension", _refuse_cuda_kernels)
 
 
 def _refuse_cuda_kernels(cpp_extension) -> None:

@@ -12,8 +12,6 @@ Outside a job, or where no such fault applies, each wrapper only calls through.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
 import posixpath
 import signal
@@ -22,6 +20,7 @@ from collections.abc import Callable
 
 from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.rank import running
+from ddpfaults.rank.on_import import patch_on_import
 
 _installed = False
 #: the os.path checks a lagging view answers (for a path in a checkpoint directory: False)
@@ -54,29 +53,7 @@ def track_saves(saved: Callable) -> None:
     if _saved is not None:
         return
     _saved = saved
-    if _SAVER in sys.modules:
-        _wrap_saver(sys.modules[_SAVER])
-    else:
-        sys.meta_path.insert(0, _SaverImport())
-
-
-class _SaverImport(importlib.abc.MetaPathFinder):
-    """Wraps DCP's saver module as it is imported, before its package binds ``save`` and ``async_save`` from it."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _SAVER:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                _wrap_saver(module)
-
-            spec.loader.exec_module = exec_module
-        return spec
+    patch_on_import(_SAVER, _wrap_saver)
 
 
 def _wrap_saver(saver) -> None:

@@ -8,40 +8,17 @@ where it ends: its ``.metadata`` file renamed into place.)
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import os
 import sys
+
+from ddpfaults.rank.on_import import patch_on_import
 
 _LOADER = "torch.distributed.checkpoint.state_dict_loader"
 
 
 def watch(note) -> None:
     """Make DCP's ``load`` call ``note("loaded", directory)`` (now if the loader is imported, else as it is)."""
-    if _LOADER in sys.modules:
-        _wrap(sys.modules[_LOADER], note)
-    else:
-        sys.meta_path.insert(0, _LoaderImport(note))
-
-
-class _LoaderImport(importlib.abc.MetaPathFinder):
-    def __init__(self, note):
-        self.note = note
-
-    def find_spec(self, name, path, target=None):
-        if name != _LOADER:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                _wrap(module, self.note)
-
-            spec.loader.exec_module = exec_module
-        return spec
+    patch_on_import(_LOADER, lambda module: _wrap(module, note))
 
 
 def _wrap(loader, note) -> None:
