@@ -53,7 +53,9 @@ class Prover:
     the ranks); when those prove a deadlock, it is confirmed from the ranks' flight records, dumped on request with
     their stacks (the report needs both): a waiting rank's collective must be in its record, made by its main
     thread, of the family the proof assumed, and the last the rank made. Until confirmed, it is checked again after
-    :data:`PROOF_RETRIES` (a rank may not have issued the collective it entered yet), then only when events change.
+    :data:`PROOF_RETRIES`, and then every last of them for as long as a rank's record has yet to show the collective
+    it entered (starved of CPU, it may take seconds to issue it or to answer); once every record has answered and
+    one contradicts the events, only when events change.
     """
 
     def __init__(self, observer: Observer, spec: RunSpec):
@@ -62,6 +64,7 @@ class Prover:
         self.retries = list(PROOF_RETRIES)
         self.next_try = 0.0
         self.untraced: set[int] = set()  # ranks whose wait the confirmation reads from their record and stack
+        self.unanswered: set[int] = set()  # ranks whose record, at the last confirmation, had yet to show their wait
         self.stacked: dict[int, tuple] = {}  # per untraced rank: its events and record when its stack was taken
 
     def proved(self, now: float) -> bool:
@@ -95,7 +98,8 @@ class Prover:
         self.untraced = set(untraced)
         proof = None if moved else deadlock.prove(self.standings(time.monotonic(), confirm=True))
         if proof is None:
-            self.next_try = now + self.retries.pop(0) if self.retries else None
+            gap = self.retries.pop(0) if self.retries else PROOF_RETRIES[-1] if self.unanswered else None
+            self.next_try = None if gap is None else now + gap
             return False
         self.observer.collect_stacks([i for i in live if i not in self.untraced])  # the report's stacks
         self.observer.proof = proof
@@ -125,7 +129,10 @@ class Prover:
         return found
 
     def standings(self, now: float, *, confirm: bool = False) -> list[Standing]:
-        """Every rank's standing, from its events (``confirm``: checked against its flight record)."""
+        """Every rank's standing, from its events (``confirm``: checked against its flight record, noting in
+        :attr:`unanswered` the ranks whose record has yet to show what their events say they wait in)."""
+        if confirm:
+            self.unanswered = set()
         return [self._standing(i, now, confirm) for i in range(len(self.observer.watches))]
 
     def _standing(self, i: int, now: float, confirm: bool) -> Standing:
@@ -149,6 +156,7 @@ class Prover:
             op = Op(0, deadlock.RENDEZVOUS)
             return Standing(i, Stand.WAITING, -1, (op,), ops, at=_at(observer, joining))
         if confirm and record is None:
+            self.unanswered.add(i)
             return free  # no record to confirm its wait with
         if confirm and i in self.untraced:
             return self._waiting_for_buckets(w, record) or free
@@ -160,8 +168,11 @@ class Prover:
         number = call["pg_seq"] + 1
         op = Op(number, deadlock.family(call["op"]), call.get("root"))
         if confirm:
+            if record.issued is None or record.issued < number:
+                self.unanswered.add(i)
+                return free  # not issued yet, or the dump that shows it has not come
             if record.issued != number or number not in record.ops or record.threads[number] != str(w.main_ident):
-                return free  # not issued yet, issued by another thread, or the rank went on
+                return free  # issued by another thread, or the rank went on
             op = Op(number, record.ops[number].family, call.get("root"))
         return Standing(i, Stand.WAITING, number, (op,), ops, at=_at(observer, call))
 
@@ -173,6 +184,9 @@ class Prover:
             return None
         waits = tuple(Op(e["pg_seq"] + 1, "all_reduce") for e in buckets)
         if confirm:
+            if record.issued is None or record.issued < issued:
+                self.unanswered.add(w.rank)
+                return None
             if record.issued != issued or any(record.ops.get(op.number) != op for op in waits):
                 return None
         return Standing(w.rank, Stand.WAITING, issued, waits, ops, at=_at(self.observer, w.finalizing))

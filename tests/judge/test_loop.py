@@ -525,6 +525,40 @@ def test_a_proof_waits_for_the_record_to_confirm_each_rank_made_its_collective(c
     assert 0.7 < clock.now - world.t0 < 1.2
 
 
+def test_a_rank_starved_for_seconds_before_its_record_shows_its_collective_is_still_proved_before_the_stall(clock):
+    # under load a rank may take seconds between entering all_reduce #8 and issuing it (or answering the dump request):
+    # the proof keeps asking while a record has yet to show the wait, past the quick retries (0.77 s in all)
+    world = skipped_collective_world(clock)
+    world.records[0] = record(7, (7, "all_reduce"))
+    original = world.collect_flight_records
+
+    def issued_late(indices):
+        if clock.now - world.t0 > 3.0:
+            world.records[0] = record(8, (7, "all_reduce"), (8, "all_reduce"))
+        original(indices)
+
+    world.collect_flight_records = issued_late
+    assert loop.watch(world, RunSpec(world_size=4, stall=10, timeout=60)) is StopReason.PROVEN
+    assert 3.0 < clock.now - world.t0 < 3.5
+
+
+def test_a_record_that_answered_against_the_events_stops_the_asking(clock):
+    # rank 0's record went past the collective its events show it in: that cannot change until its events do, so the
+    # records are not asked for again after the quick retries
+    world = skipped_collective_world(clock)
+    world.records[0] = record(9, (8, "all_reduce"), (9, "all_reduce"))
+    asked = []
+    original = world.collect_flight_records
+
+    def counted(indices):
+        asked.append(clock.now - world.t0)
+        original(indices)
+
+    world.collect_flight_records = counted
+    assert loop.watch(world, RunSpec(world_size=4, stall=10, timeout=60)) is StopReason.STALL
+    assert max(asked) < 0.6 + 0.8, asked  # none after the quick retries that followed the last event (at 0.6)
+
+
 @pytest.mark.parametrize(
     "change",
     [
