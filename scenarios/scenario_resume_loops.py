@@ -52,6 +52,25 @@ def _equivalent(*, bit_equal: bool) -> ddpfaults.Expect:
     )
 
 
+def _killed_at_step_5_and_resumed(wrong: str, kwargs: dict, cause: str):
+    """A family's scenario: rank 1 killed at step 5 and the world restarted once under the resume check; ``fixed``
+    resumes bit-equal at 2 ranks and equivalent at 4, ``wrong`` (``kwargs``) is caught at step 5 as ``cause``."""
+    return ddpfaults.scenario(
+        world_size=2,
+        stall=SAFE_STALL,
+        max_restarts=1,
+        check_resume=True,
+        faults=[RankKilled(rank=1, step=5)],
+        variants=[
+            ddpfaults.variant("fixed", expect=_equivalent(bit_equal=True)),
+            ddpfaults.variant("fixed_4_ranks", world_size=4, expect=_equivalent(bit_equal=False)),
+            ddpfaults.variant(
+                wrong, kwargs=kwargs, expect=ddpfaults.Expect("completed", resume_cause=cause, resume_step=5)
+            ),
+        ],
+    )
+
+
 def fast_forward_train(ctx, *, extra=0):
     """Two epochs, a checkpoint after every step, a mid-epoch resume by ``next(it)`` (``extra``: batches drawn
     beyond those trained on)."""
@@ -93,22 +112,7 @@ def fast_forward_train(ctx, *, extra=0):
     return "done"
 
 
-@ddpfaults.scenario(
-    world_size=2,
-    stall=SAFE_STALL,
-    max_restarts=1,
-    check_resume=True,
-    faults=[RankKilled(rank=1, step=5)],
-    variants=[
-        ddpfaults.variant("fixed", expect=_equivalent(bit_equal=True)),
-        ddpfaults.variant("fixed_4_ranks", world_size=4, expect=_equivalent(bit_equal=False)),
-        ddpfaults.variant(
-            "one_too_many",
-            kwargs={"extra": 1},
-            expect=ddpfaults.Expect("completed", resume_cause="samples_skipped", resume_step=5),
-        ),
-    ],
-)
+@_killed_at_step_5_and_resumed("one_too_many", {"extra": 1}, "samples_skipped")
 def fast_forward(ctx, **kwargs):
     """Killed at step 5 and restarted once: a mid-epoch resume by ``next(it)``."""
     return fast_forward_train(ctx, **kwargs)
@@ -173,22 +177,7 @@ def fsdp2_dcp_train(ctx, *, optimizer=True):
     return "done"
 
 
-@ddpfaults.scenario(
-    world_size=2,
-    stall=SAFE_STALL,
-    max_restarts=1,
-    check_resume=True,
-    faults=[RankKilled(rank=1, step=5)],
-    variants=[
-        ddpfaults.variant("fixed", expect=_equivalent(bit_equal=True)),
-        ddpfaults.variant("fixed_4_ranks", world_size=4, expect=_equivalent(bit_equal=False)),
-        ddpfaults.variant(
-            "model_only",
-            kwargs={"optimizer": False},
-            expect=ddpfaults.Expect("completed", resume_cause="optimizer_state", resume_step=5),
-        ),
-    ],
-)
+@_killed_at_step_5_and_resumed("model_only", {"optimizer": False}, "optimizer_state")
 def fsdp2_dcp(ctx, **kwargs):
     """Killed at step 5 and restarted once: an FSDP2 job resumed through DCP's state-dict API."""
     return fsdp2_dcp_train(ctx, **kwargs)
