@@ -45,5 +45,9 @@ def survivors(pids=None) -> list[tuple[int, str]]:
     if server in table and table[server].ppid == os.getpid():
         started = {p.pid for p in multiprocessing.active_children()}
         roots |= {p.pid for p in table.values() if p.ppid == server and p.pid not in started}
-    found = roots | tree.below(roots, table) | {p.pid for p in table.values() if p.pgid in ranks}
+    # a process group named by a rank's pid is that rank's while its leader is that rank, or gone (a rank that was
+    # killed leaves its children in it); a live leader that is no rank of ours took the number over when it was free
+    # (pids are recycled: 32768 go round in minutes of worlds): that group is another process's, its members too
+    ours = {pgid for pgid in ranks if pgid in roots or pgid not in table}
+    found = roots | tree.below(roots, table) | {p.pid for p in table.values() if p.pgid in ours}
     return [(pid, _cmdline(pid)) for pid in sorted(found) if table[pid].live]

@@ -179,3 +179,21 @@ def test_a_script_worlds_temp_dirs_go_with_it(tmp_path):
     assert result.outcome == "crashed", result.report()
     scratch = [(tmp_path / f"scratch{r}").read_text() for r in range(2)]
     assert not any(os.path.exists(s) for s in scratch), f"left behind: {scratch}"
+
+
+def test_a_rank_number_another_process_took_over_is_not_a_survivor():
+    """pids are recycled (32768 go round in minutes of worlds): once a rank is gone, its number may be taken by a
+    process leading a group of its own (another test process's rank or fork server). Neither that process nor its
+    group's members are a survivor of ours, and nothing may kill them as one."""
+    started = subprocess.run(
+        ["sh", "-c", "setsid sh -c 'sleep 60 & wait' </dev/null >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    leader = int(started.stdout)  # not our child (its parent shell has exited), the leader of a group of its own
+    try:
+        wait_for(lambda: os.getpgid(leader) == leader and descendants(leader), EVENT_GUARD, "the group and its member")
+        assert census.survivors([leader]) == []
+    finally:
+        os.killpg(leader, 9)
