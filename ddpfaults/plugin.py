@@ -228,7 +228,7 @@ class DDPWorld:
         fired though a rank it targets finished (``require_faults_fire=False`` allows it). The ranks run ``fn`` in
         this process's working directory unless ``cwd`` names one. A script is run with :meth:`run_script`."""
         __tracebackhide__ = True
-        from ddpfaults.engine.launcher import run_world
+        from ddpfaults.engine.launcher import FunctionTarget
         from ddpfaults.errors import FunctionNotRunnable
 
         if isinstance(fn, (str, os.PathLike)):
@@ -236,7 +236,8 @@ class DDPWorld:
                 f"ddp_world.run runs a rank function; {os.fspath(fn)!r} is a path: run a script with "
                 f"ddp_world.run_script({os.fspath(fn)!r}, argv, world_size=..., faults=[...])"
             )
-        return self._run(run_world, fn, world_size, faults, expect, kwargs)
+        target = {name: kwargs.pop(name) for name in ("args", "kwargs", "cwd") if name in kwargs}
+        return self._run(lambda: FunctionTarget.of(fn, **target), world_size, faults, expect, kwargs)
 
     def run_script(self, path=None, argv=(), *, world_size=None, faults=(), expect=None, cwd=None, **kwargs):
         """``run_script(path, argv, ...)`` with the settings and the marker, as :meth:`run` runs a function; returns
@@ -245,15 +246,20 @@ class DDPWorld:
         ``cwd`` names one; the script's own folder is importable either way (docs/scripts.md). Other keywords as
         :func:`ddpfaults.run_script` (``step_clock``...)."""
         __tracebackhide__ = True
-        from ddpfaults.engine.scripts import run_script, world_directory
+        from ddpfaults.engine.scripts import ScriptRun, world_directory
 
         if path is not None and isinstance(path, (str, os.PathLike)):
             path = os.path.join(os.path.dirname(str(self._item.path)), os.fspath(path))
+        target = {name: kwargs.pop(name) for name in ("module", "step_clock") if name in kwargs}
         with world_directory(cwd) as directory:
-            return self._run(run_script, path, world_size, faults, expect, {**kwargs, "argv": argv, "cwd": directory})
+            run = lambda: ScriptRun.of(path, argv, cwd=directory, **target)  # noqa: E731
+            return self._run(run, world_size, faults, expect, kwargs)
 
-    def _run(self, launch, target, world_size, faults, expect, kwargs):
+    def _run(self, target, world_size, faults, expect, kwargs):
+        """One world of this test: ``target()`` (the validated target) run with the settings, the marker and the
+        keywords in one request (:class:`~ddpfaults.engine.world.WorldRequest`), checked against ``expect``."""
         __tracebackhide__ = True
+        from ddpfaults.engine import world
         from ddpfaults.errors import DeadlineError
         from ddpfaults.expect import Expect
         from ddpfaults.spec import PARAM
@@ -268,9 +274,8 @@ class DDPWorld:
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))
-            result = launch(
-                target, world_size=spec.world_size, faults=faults, spec=spec, require_faults_fire=False, **kwargs
-            )
+            request = world.WorldRequest.of(target(), faults, spec, require_faults_fire=False, **kwargs)
+            result = world.run(request)
             self.results.append(result)
             _check(self._item, result, expect, require_fired=require_fired)
         except (ScenarioMismatch, DeadlineError) as exc:
