@@ -170,26 +170,29 @@ def _replay(item, result) -> str:
     return replay_line(["pytest -p ddpfaults", shlex.quote(node)], given, style=PYTEST_OPTION)
 
 
-def _check(item, result, expect, *, require_fired: bool = False) -> None:
-    """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with
-    none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
+def _check(item, result, expect, *, require_fired: bool = False):
+    """Record ``result`` for ``item`` and return it as recorded (with its pytest replay line); raise
+    :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with none and ``require_fired``, if a fault never
+    fired though a rank it targets finished)."""
     from ddpfaults.expect import Expectation, unfired_mismatches
 
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     if expectation is None and require_fired:
         mismatches = [str(m) for m in unfired_mismatches(result)]
-    _record(item, result, expectation)
+    result = _record(item, result, expectation)
     if mismatches:
         head, _ = _report(result)
         expected = [f"expected: {expect.describe()}"] if expect is not None else []
         raise ScenarioMismatch("\n".join([*mismatches, *expected, "", head]))
+    return result
 
 
-def _record(item, result, expectation=None) -> None:
-    """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties."""
+def _record(item, result, expectation=None):
+    """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties;
+    return it as kept: a new result, the same but for its replay line (pytest's)."""
     item.stash.setdefault(_RECORDED, set()).add(id(result))
-    result.replay = _replay(item, result)
+    result = result.assembled(replay=_replay(item, result))
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
@@ -200,6 +203,7 @@ def _record(item, result, expectation=None) -> None:
     item.user_properties += [("ddpfaults.seed", result.seed), ("ddpfaults.seconds", f"{result.elapsed:.2f}")]
     if expectation is not None:
         item.user_properties.append(("ddpfaults.expect", expectation.expect.describe()))
+    return result
 
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
@@ -277,7 +281,7 @@ class DDPWorld:
             request = world.WorldRequest.of(target(), faults, spec, require_faults_fire=False, **kwargs)
             result = world.run(request)
             self.results.append(result)
-            _check(self._item, result, expect, require_fired=require_fired)
+            result = _check(self._item, result, expect, require_fired=require_fired)
         except (ScenarioMismatch, DeadlineError) as exc:
             failure = str(exc)
         else:

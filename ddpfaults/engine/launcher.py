@@ -185,7 +185,7 @@ class LocalWorld(loop.Observer):
         try:
             self._start()
             reason = loop.watch(self, self.spec)
-            result = loop.judge(
+            verdict = loop.judge(
                 self,
                 self.spec,
                 reason,
@@ -196,18 +196,22 @@ class LocalWorld(loop.Observer):
                 replay=self.work.replay,
                 step_clock=self.work.step_clock,
             )
-            result.preemption = recovery.preemption(result)
-            result.resume_records = resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None
+            found = dict(
+                preemption=recovery.preemption(verdict),
+                resume_records=resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None,
+            )
             if self.flight_recorder_dir is not None:
-                result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
-            keep = self.spec.reuse and self._reusable(result)
+                found["flight_records"] = self._keep_flight_records(self.flight_recorder_dir)
+            keep = self.spec.reuse and self._reusable(verdict)
+            ranks = verdict.ranks
             if not keep:
                 alive = self.ranks.live()
                 self.ranks.close()
-                for i in alive:
-                    result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
-            result.reused = keep
-            return result
+                killed = events.event("killed", t=round(time.monotonic() - self.t0, 6))
+                ranks = [
+                    dataclasses.replace(r, events=[*r.events, killed]) if i in alive else r for i, r in enumerate(ranks)
+                ]
+            return verdict.assembled(ranks=ranks, reused=keep, **found)
         finally:
             if self.ranks is not None:
                 if keep:

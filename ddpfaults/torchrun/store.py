@@ -283,8 +283,7 @@ def judge_store_world(store, *, spec: RunSpec, t0_wall: float, holds_seat, **abo
         result = loop.judge(world, spec, reason, launcher="torchrun", **about)
     except SeatLost:
         return None
-    result.preemption = recovery.preemption(result)
-    return result
+    return result.assembled(preemption=recovery.preemption(result))
 
 
 def _death_text(w: StoreRankWatch, output: str) -> str:
