@@ -246,6 +246,15 @@ def test_no_import_cycle_counting_function_level_imports():
     assert not components, "import cycles (module- and function-level imports):\n" + _explain_cycles(graph, components)
 
 
+def test_no_import_cycle_counting_type_checking_imports():
+    """No cycle even counting the imports under ``if TYPE_CHECKING:``: two modules that name each other's types
+    are one unit in two files (the judge's loop and its prover shared the observer protocol that way; it has a
+    module of its own, ddpfaults.judge.observer)."""
+    graph = _graph({"module", "function", "typing"})
+    components = _strongly_connected(graph)
+    assert not components, "import cycles (any level, TYPE_CHECKING too):\n" + _explain_cycles(graph, components)
+
+
 def test_cycle_finder_finds_a_planted_cycle():
     """The cycle finder itself: a planted three-module cycle (and a self-import, which is not one) is found."""
     graph = {"a": {"b": []}, "b": {"c": []}, "c": {"a": [], "d": []}, "d": {}, "e": {"e": []}}

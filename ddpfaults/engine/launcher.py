@@ -19,6 +19,7 @@ from ddpfaults.engine import pool, restarts, world
 from ddpfaults.engine.folders import check_cwd
 from ddpfaults.faults import Plan, batches
 from ddpfaults.judge import flight, loop, recovery, resume
+from ddpfaults.judge.observer import Observer
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
 from ddpfaults.proc import tree
@@ -144,7 +145,7 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
         ) from None
 
 
-class LocalWorld(loop.Observer):
+class LocalWorld(Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
     def __init__(
@@ -299,7 +300,7 @@ class LocalWorld(loop.Observer):
                 shutil.copyfile(source, os.path.join(directory, f"rank_{i}"))
         return directory
 
-    # -- the judge's view (loop.Observer) -------------------------------------------------
+    # -- the judge's view (Observer) -------------------------------------------------
     def poll(self, wait: float) -> None:
         """Wait for a rank to exit (at most ``wait`` s), then read every rank's new events."""
         ready = multiprocessing.connection.wait(list(self.sentinels), timeout=wait)

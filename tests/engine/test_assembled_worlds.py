@@ -4,10 +4,10 @@ restarted world's, whose attempts are merged into a new one."""
 import dataclasses
 
 import pytest
-import rankfns
-import restartfns
 
 import ddpfaults
+import rankfns
+import restartfns
 from ddpfaults.faults import RankKilled
 
 
