@@ -66,13 +66,7 @@ def run_world(
     """
     target = FunctionTarget.of(fn, args=args, kwargs=kwargs, cwd=cwd)
     request = world.WorldRequest.of(
-        target,
-        faults,
-        spec,
-        flight_recorder_dir=flight_recorder_dir,
-        require_faults_fire=require_faults_fire,
-        world_size=world_size,
-        **settings,
+        target, faults, spec, flight_recorder_dir, require_faults_fire, world_size=world_size, **settings
     )
     return world.run(request)
 

@@ -62,13 +62,7 @@ def run_script(
     """
     run = ScriptRun.of(path, argv, module=module, step_clock=step_clock, cwd=cwd)
     request = world.WorldRequest.of(
-        run,
-        faults,
-        spec,
-        flight_recorder_dir=flight_recorder_dir,
-        require_faults_fire=require_faults_fire,
-        world_size=world_size,
-        **settings,
+        run, faults, spec, flight_recorder_dir, require_faults_fire, world_size=world_size, **settings
     )
     return world.run(request)
 

@@ -56,7 +56,6 @@ class WorldRequest:
         target: Target,
         faults=(),
         spec: RunSpec | None = None,
-        *,
         flight_recorder_dir=None,
         require_faults_fire=True,
         **settings,
