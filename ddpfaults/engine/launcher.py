@@ -226,14 +226,7 @@ class LocalWorld(Observer):
         self.ranks = pool.take(pool.world_key(spec)) if take else None
         self.warm = self.ranks is not None
         if self.ranks is None:
-            self.ranks = pool.RankSet(
-                world_size=spec.world_size,
-                backend=spec.backend,
-                start_method=spec.start_method,
-                threads=spec.threads,
-                timeout=spec.timeout,
-                warm=spec.reuse,
-            )
+            self.ranks = pool.RankSet.of(spec, warm=spec.reuse)
         self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
         shared = self.shared_dir or os.path.join(self.dir, "shared")
         os.makedirs(shared, exist_ok=True)
