@@ -1,10 +1,10 @@
-"""One engine entry: a local world's request, built and validated once by ``run_world`` or ``run_script`` and
-passed whole, and :func:`run`, which owns its attempt loop (restarts, the resume check's second run, the hand-off
-to the reports and the unfired-fault check).
+"""One engine entry: a local world's request, built and validated once at its door (``run_world``, ``run_script``,
+the command line, the pytest plugin, a scenario case) and passed whole, and :func:`run`, which owns its attempt loop
+(restarts, the resume check's second run, the hand-off to the reports and the unfired-fault check).
 
 What the ranks run is the request's ``target``: a rank function's (:class:`ddpfaults.engine.launcher.FunctionTarget`)
 or a script's (:class:`ddpfaults.engine.scripts.ScriptRun`); each knows what outlives its attempts (``kept``) and
-how to run one attempt (``attempt``). Light: imports no torch."""
+how to run one attempt (``attempt``). Light: imports no torch (the pool, which does, when a request is checked)."""
 
 from __future__ import annotations
 
