@@ -16,6 +16,7 @@ lazily: this module is loaded on every pytest start.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import shlex
@@ -241,7 +242,7 @@ class DDPWorld:
                 f"ddp_world.run_script({os.fspath(fn)!r}, argv, world_size=..., faults=[...])"
             )
         target = {name: kwargs.pop(name) for name in ("args", "kwargs", "cwd") if name in kwargs}
-        return self._run(lambda: FunctionTarget.of(fn, **target), world_size, faults, expect, kwargs)
+        return self._run(functools.partial(FunctionTarget.of, fn, **target), world_size, faults, expect, kwargs)
 
     def run_script(self, path=None, argv=(), *, world_size=None, faults=(), expect=None, cwd=None, **kwargs):
         """``run_script(path, argv, ...)`` with the settings and the marker, as :meth:`run` runs a function; returns
@@ -256,7 +257,7 @@ class DDPWorld:
             path = os.path.join(os.path.dirname(str(self._item.path)), os.fspath(path))
         target = {name: kwargs.pop(name) for name in ("module", "step_clock") if name in kwargs}
         with world_directory(cwd) as directory:
-            run = lambda: ScriptRun.of(path, argv, cwd=directory, **target)  # noqa: E731
+            run = functools.partial(ScriptRun.of, path, argv, cwd=directory, **target)
             return self._run(run, world_size, faults, expect, kwargs)
 
     def _run(self, target, world_size, faults, expect, kwargs):
