@@ -80,19 +80,10 @@ def _run(args, script_argv: list[str]):
     if args.module or (args.target and ":" not in args.target):
         if args.kwargs:
             raise DDPFaultsError("--kwargs is for rank functions (FILE.py:NAME); give a script's arguments after --")
-        from ddpfaults.engine.scripts import run_script
+        from ddpfaults.engine.scripts import ScriptRun
 
-        return run_script(
-            args.target,
-            script_argv,
-            module=args.module,
-            world_size=spec.world_size,
-            faults=faults,
-            step_clock=args.step_clock,
-            spec=spec,
-            cwd=args.cwd,
-            require_faults_fire=False,  # main checks it, naming --allow-unfired
-        )
+        target = ScriptRun.of(args.target, script_argv, module=args.module, step_clock=args.step_clock, cwd=args.cwd)
+        return _run_world(target, faults, spec)
     if args.cwd is not None:
         raise DDPFaultsError("--cwd is for scripts (FILE.py, -m MODULE); a rank function runs in this directory")
     if not args.target:
@@ -100,16 +91,17 @@ def _run(args, script_argv: list[str]):
     if script_argv:
         raise DDPFaultsError(f"arguments after -- are for scripts; {args.target} is a rank function (use --kwargs)")
     kwargs, fn = _parse_kwargs(args.kwargs), load_function(args.target)
-    from ddpfaults.engine.launcher import run_world  # imports torch: not before the arguments are known good
+    from ddpfaults.engine.launcher import FunctionTarget  # imports torch: not before the arguments are known good
 
-    return run_world(
-        fn,
-        world_size=spec.world_size,
-        faults=faults,
-        kwargs=kwargs,
-        spec=spec,
-        require_faults_fire=False,  # main checks it, naming --allow-unfired
-    )
+    return _run_world(FunctionTarget.of(fn, kwargs=kwargs), faults, spec)
+
+
+def _run_world(target, faults, spec: RunSpec, require_faults_fire: bool = False):
+    """The command line's world: one request (:class:`~ddpfaults.engine.world.WorldRequest`), run whole; a fault
+    that never fired is for the caller to judge (``run`` names --allow-unfired)."""
+    from ddpfaults.engine import world
+
+    return world.run(world.WorldRequest.of(target, faults, spec, require_faults_fire=require_faults_fire))
 
 
 def _writable(path: str, what: str) -> str:
@@ -260,12 +252,11 @@ def _main(argv=None) -> int:
             print(write_trace(output, read_document(args.report)))
             return 0
         if args.command == "demo":
-            from ddpfaults.engine.launcher import run_world
+            from ddpfaults.engine.launcher import FunctionTarget
             from ddpfaults.toy.demo import train
 
             plan = [faults_module.SkippedCollective(rank=2, step=3, op="all_reduce")]
-            spec = RunSpec(**_settings(args))
-            result = run_world(train, world_size=spec.world_size, faults=plan, spec=spec)
+            result = _run_world(FunctionTarget.of(train), plan, RunSpec(**_settings(args)), require_faults_fire=True)
             return _report(result, args, Expect.parse("hung"))
         expect = _expect(args.expect)
         if expect is not None and expect.checks_resume:  # an expected finding needs the check, as a scenario's does

@@ -16,6 +16,7 @@ lazily: this module is loaded on every pytest start.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import shlex
@@ -170,26 +171,29 @@ def _replay(item, result) -> str:
     return replay_line(["pytest -p ddpfaults", shlex.quote(node)], given, style=PYTEST_OPTION)
 
 
-def _check(item, result, expect, *, require_fired: bool = False) -> None:
-    """Record ``result`` for ``item``; raise :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with
-    none and ``require_fired``, if a fault never fired though a rank it targets finished)."""
+def _check(item, result, expect, *, require_fired: bool = False):
+    """Record ``result`` for ``item`` and return it as recorded (with its pytest replay line); raise
+    :class:`ScenarioMismatch` if it does not meet ``expect`` (or, with none and ``require_fired``, if a fault never
+    fired though a rank it targets finished)."""
     from ddpfaults.expect import Expectation, unfired_mismatches
 
     expectation = Expectation.of(expect, result) if expect is not None else None
     mismatches = [str(m) for m in expectation.mismatches] if expectation is not None else []
     if expectation is None and require_fired:
         mismatches = [str(m) for m in unfired_mismatches(result)]
-    _record(item, result, expectation)
+    result = _record(item, result, expectation)
     if mismatches:
         head, _ = _report(result)
         expected = [f"expected: {expect.describe()}"] if expect is not None else []
         raise ScenarioMismatch("\n".join([*mismatches, *expected, "", head]))
+    return result
 
 
-def _record(item, result, expectation=None) -> None:
-    """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties."""
+def _record(item, result, expectation=None):
+    """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties;
+    return it as kept: a new result, the same but for its replay line (pytest's)."""
     item.stash.setdefault(_RECORDED, set()).add(id(result))
-    result.replay = _replay(item, result)
+    result = result.assembled(replay=_replay(item, result))
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
@@ -200,6 +204,7 @@ def _record(item, result, expectation=None) -> None:
     item.user_properties += [("ddpfaults.seed", result.seed), ("ddpfaults.seconds", f"{result.elapsed:.2f}")]
     if expectation is not None:
         item.user_properties.append(("ddpfaults.expect", expectation.expect.describe()))
+    return result
 
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
@@ -228,7 +233,7 @@ class DDPWorld:
         fired though a rank it targets finished (``require_faults_fire=False`` allows it). The ranks run ``fn`` in
         this process's working directory unless ``cwd`` names one. A script is run with :meth:`run_script`."""
         __tracebackhide__ = True
-        from ddpfaults.engine.launcher import run_world
+        from ddpfaults.engine.launcher import FunctionTarget
         from ddpfaults.errors import FunctionNotRunnable
 
         if isinstance(fn, (str, os.PathLike)):
@@ -236,7 +241,8 @@ class DDPWorld:
                 f"ddp_world.run runs a rank function; {os.fspath(fn)!r} is a path: run a script with "
                 f"ddp_world.run_script({os.fspath(fn)!r}, argv, world_size=..., faults=[...])"
             )
-        return self._run(run_world, fn, world_size, faults, expect, kwargs)
+        target = {name: kwargs.pop(name) for name in ("args", "kwargs", "cwd") if name in kwargs}
+        return self._run(functools.partial(FunctionTarget.of, fn, **target), world_size, faults, expect, kwargs)
 
     def run_script(self, path=None, argv=(), *, world_size=None, faults=(), expect=None, cwd=None, **kwargs):
         """``run_script(path, argv, ...)`` with the settings and the marker, as :meth:`run` runs a function; returns
@@ -245,15 +251,20 @@ class DDPWorld:
         ``cwd`` names one; the script's own folder is importable either way (docs/scripts.md). Other keywords as
         :func:`ddpfaults.run_script` (``step_clock``...)."""
         __tracebackhide__ = True
-        from ddpfaults.engine.scripts import run_script, world_directory
+        from ddpfaults.engine.scripts import ScriptRun, world_directory
 
         if path is not None and isinstance(path, (str, os.PathLike)):
             path = os.path.join(os.path.dirname(str(self._item.path)), os.fspath(path))
+        target = {name: kwargs.pop(name) for name in ("module", "step_clock") if name in kwargs}
         with world_directory(cwd) as directory:
-            return self._run(run_script, path, world_size, faults, expect, {**kwargs, "argv": argv, "cwd": directory})
+            run = functools.partial(ScriptRun.of, path, argv, cwd=directory, **target)
+            return self._run(run, world_size, faults, expect, kwargs)
 
-    def _run(self, launch, target, world_size, faults, expect, kwargs):
+    def _run(self, target, world_size, faults, expect, kwargs):
+        """One world of this test: ``target()`` (the validated target) run with the settings, the marker and the
+        keywords in one request (:class:`~ddpfaults.engine.world.WorldRequest`), checked against ``expect``."""
         __tracebackhide__ = True
+        from ddpfaults.engine import world
         from ddpfaults.errors import DeadlineError
         from ddpfaults.expect import Expect
         from ddpfaults.spec import PARAM
@@ -268,11 +279,10 @@ class DDPWorld:
         try:
             spec = ddps.fit(spec, _remaining(self._item))
             kwargs.setdefault("flight_recorder_dir", _flight_dir(self._item, len(self.results)))
-            result = launch(
-                target, world_size=spec.world_size, faults=faults, spec=spec, require_faults_fire=False, **kwargs
-            )
+            request = world.WorldRequest.of(target(), faults, spec, require_faults_fire=False, **kwargs)
+            result = world.run(request)
             self.results.append(result)
-            _check(self._item, result, expect, require_fired=require_fired)
+            result = _check(self._item, result, expect, require_fired=require_fired)
         except (ScenarioMismatch, DeadlineError) as exc:
             failure = str(exc)
         else:

@@ -18,6 +18,7 @@ ranks) with the declaration attached as ``fn.__ddpfaults_scenario__``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -29,7 +30,7 @@ from ddpfaults.errors import DDPFaultsError, ScenarioError
 from ddpfaults.expect import Expect
 from ddpfaults.faults import check_faults
 from ddpfaults.faults.base import check_plan
-from ddpfaults.judge.results import WorldResult
+from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.spec import (
     SCENARIO,
     RunSpec,
@@ -135,7 +136,9 @@ class Case:
         except DDPFaultsError as exc:
             raise ScenarioError(f"scenario {self.id}: {exc}") from None
         kwargs = {**self.scenario.kwargs, **(self.variant.kwargs if self.variant else {})}
-        return CaseRun(spec, faults, kwargs, self._pick("argv"))
+        scenario = self.scenario
+        function = describe_function(scenario.fn) if scenario.fn else os.path.relpath(scenario.script)
+        return CaseRun(spec, faults, kwargs, self._pick("argv"), function)
 
     def run(self, defaults: RunSpec | None = None, *, fit=None, flight_recorder_dir=None, cwd=None) -> WorldResult:
         """Run this case in a real world and return its result; ``fit(spec)`` may shorten even a declared
@@ -146,47 +149,41 @@ class Case:
         The fork server is machinery, not the case: the first case waits for it (importing torch takes seconds
         on a cold or busy machine) before its own clock starts, so no verdict depends on how fast it starts.
         Faults that never fired are the case's ``Expect``'s to judge (``faults_fire``), not an error here."""
-        from ddpfaults.engine import pool
-        from ddpfaults.engine.launcher import run_world  # torch is imported only when a world runs
+        from ddpfaults.engine import pool, world
+        from ddpfaults.engine.launcher import FunctionTarget  # torch is imported only when a world runs
 
         plan = self.resolve(defaults or RunSpec())
         if plan.spec.start_method == "forkserver":
             pool.fork_server_ready(timeout=plan.spec.timeout)
         spec = fit(plan.spec) if fit is not None else plan.spec
-        if self.scenario.script is not None:
-            from ddpfaults.engine.scripts import run_script, world_directory
+        with contextlib.ExitStack() as stack:
+            if self.scenario.script is not None:
+                from ddpfaults.engine.scripts import ScriptRun, world_directory
 
-            with world_directory(cwd if cwd is not None else self.scenario.cwd) as directory:
-                return run_script(
-                    self.scenario.script,
-                    plan.argv,
-                    world_size=spec.world_size,
-                    faults=plan.faults,
-                    step_clock=self.scenario.step_clock,
-                    spec=spec,
-                    cwd=directory,
-                    flight_recorder_dir=flight_recorder_dir,
-                    require_faults_fire=False,
+                directory = stack.enter_context(world_directory(cwd if cwd is not None else self.scenario.cwd))
+                target = ScriptRun.of(
+                    self.scenario.script, plan.argv, step_clock=self.scenario.step_clock, cwd=directory
                 )
-        return run_world(
-            self.scenario.fn,
-            world_size=spec.world_size,
-            faults=plan.faults,
-            kwargs=plan.kwargs,
-            spec=spec,
-            flight_recorder_dir=flight_recorder_dir,
-            require_faults_fire=False,
-        )
+            else:
+                target = FunctionTarget.of(self.scenario.fn, kwargs=plan.kwargs)
+            request = world.WorldRequest.of(
+                target, plan.faults, spec, flight_recorder_dir=flight_recorder_dir, require_faults_fire=False
+            )
+            return world.run(request)
 
 
 @dataclass(frozen=True)
 class CaseRun:
-    """A case resolved against run defaults: the world's spec, its fault plan, the function's keyword arguments."""
+    """A case resolved against run defaults, as a local world (:meth:`Case.run`) and a world under torchrun
+    (:mod:`ddpfaults.torchrun.worker`) run it: the world's spec, its fault plan, the function's keyword arguments (a
+    script's arguments), how reports name it and (under torchrun) how to replay it."""
 
     spec: RunSpec
     faults: tuple
     kwargs: dict
     argv: tuple = ()
+    function: str = ""  # file.py:name of the rank function, or the script's path relative to the working directory
+    replay: str | None = None
 
 
 @dataclass(frozen=True)

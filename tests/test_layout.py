@@ -246,6 +246,15 @@ def test_no_import_cycle_counting_function_level_imports():
     assert not components, "import cycles (module- and function-level imports):\n" + _explain_cycles(graph, components)
 
 
+def test_no_import_cycle_counting_type_checking_imports():
+    """No cycle even counting the imports under ``if TYPE_CHECKING:``: two modules that name each other's types
+    are one unit in two files (the judge's loop and its prover shared the observer protocol that way; it has a
+    module of its own, ddpfaults.judge.observer)."""
+    graph = _graph({"module", "function", "typing"})
+    components = _strongly_connected(graph)
+    assert not components, "import cycles (any level, TYPE_CHECKING too):\n" + _explain_cycles(graph, components)
+
+
 def test_cycle_finder_finds_a_planted_cycle():
     """The cycle finder itself: a planted three-module cycle (and a self-import, which is not one) is found."""
     graph = {"a": {"b": []}, "b": {"c": []}, "c": {"a": [], "d": []}, "d": {}, "e": {"e": []}}
@@ -361,6 +370,85 @@ def test_no_eval_or_exec_in_the_package():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec")
     ]
     assert not calls, "eval/exec in the package:\n" + "\n".join(calls)
+
+
+RESULTS = PACKAGE / "judge" / "results.py"
+
+
+def _world_result_fields() -> set[str]:
+    """The fields of ``WorldResult`` (its annotated names, InitVars included), read from results.py."""
+    tree = ast.parse(RESULTS.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorldResult")
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def _result_changes(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, what) for every statement in ``tree`` that assigns one of ``names`` as an attribute of anything but
+    ``self`` (``x.replay = ...``, ``x.fired += ...``, ``a.unfired, b = ...``), or calls ``setattr`` or
+    ``object.__setattr__`` with one of them."""
+    found = []
+
+    def targets(node):
+        if isinstance(node, (ast.Tuple, ast.List)):
+            for element in node.elts:
+                yield from targets(element)
+        elif isinstance(node, ast.Starred):
+            yield from targets(node.value)
+        else:
+            yield node
+
+    for node in ast.walk(tree):
+        assigned = []
+        if isinstance(node, ast.Assign):
+            assigned = [t for target in node.targets for t in targets(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            assigned = [node.target]
+        for t in assigned:
+            if isinstance(t, ast.Attribute) and t.attr in names:
+                if not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                    found.append((node.lineno, f"{ast.unparse(t)} = ..."))
+        if isinstance(node, ast.Call) and node.args[1:] and isinstance(node.args[1], ast.Constant):
+            call, owner = ast.unparse(node.func), ast.unparse(node.args[0])
+            if call in ("setattr", "object.__setattr__") and owner != "self" and node.args[1].value in names:
+                found.append((node.lineno, f"{call}(..., {node.args[1].value!r}, ...)"))
+    return found
+
+
+#: assignments of a WorldResult field's name to objects of other types, each with what it is
+NOT_RESULTS = {
+    ("ddpfaults/faults/base.py", "plan.world_size = ..."): "a fault Plan (a tuple) made in its own __new__",
+    ("ddpfaults/plugin.py", "report.outcome = ..."): "pytest's collect report, failed for a bad marker",
+}
+
+
+def test_no_module_changes_a_world_result_after_it_is_built():
+    """No module of ddpfaults assigns a field of ``WorldResult`` on anything but ``self`` (read from the source: an
+    attribute assignment, augmented or not, ``setattr`` or ``object.__setattr__`` naming a field): a world's result
+    is assembled once (``WorldResult.assembled``: the judge's verdict with what is known after it) and never
+    patched; a reader that wants it different makes another. Only results.py itself, which assembles it, may set
+    one. Field names other types share (``spec``, ``events``...) are held to it too: use ``self.`` or another name,
+    or say here what the object is (:data:`NOT_RESULTS`).
+    The runtime half (an assembled result refuses a change) is tests/judge/test_assembled.py's."""
+    names = _world_result_fields()
+    assert {"outcome", "replay", "preemption", "resume_records", "attempts"} <= names  # the reader finds the class
+    changes = [
+        f"  {path.relative_to(ROOT)}:{line}: {what}"
+        for path in _package_files().values()
+        if path != RESULTS
+        for line, what in _result_changes(ast.parse(path.read_text()), names)
+        if (str(path.relative_to(ROOT)), what) not in NOT_RESULTS
+    ]
+    assert not changes, "WorldResult fields changed outside results.py:\n" + "\n".join(changes)
+
+
+def test_the_result_change_finder_finds_planted_changes():
+    """The finder itself: each way of changing a field is found, ``self.`` and other names are not."""
+    planted = (
+        "r.replay = 'x'\nlast.fired += []\na.unfired, b = [], 1\nsetattr(r, 'resume', None)\n"
+        "object.__setattr__(r, 'attempts', [])\nself.replay = 1\nr.other = 2\nr.ranks[0].state = 3\n"
+    )
+    found = _result_changes(ast.parse(planted), {"replay", "fired", "unfired", "resume", "attempts"})
+    assert [line for line, _ in found] == [1, 2, 3, 4, 5]
 
 
 SCENARIO_API = ("ddpfaults", "ddpfaults.faults", "ddpfaults.remedies")

@@ -12,17 +12,19 @@ import signal
 import sys
 import tempfile
 import time
+from typing import ClassVar
 
 from ddpfaults import errors, events, jobfiles
-from ddpfaults.engine import capacity, pool, restarts, world
+from ddpfaults.engine import pool, restarts, world
 from ddpfaults.engine.folders import check_cwd
 from ddpfaults.faults import Plan, batches
 from ddpfaults.judge import flight, loop, recovery, resume
+from ddpfaults.judge.observer import Observer
 from ddpfaults.judge.results import WorldResult, describe_function
 from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
-from ddpfaults.proc import platform, tree
+from ddpfaults.proc import tree
 from ddpfaults.rank.main import Job
-from ddpfaults.spec import RunSpec, StopReason, check_call, settings_given
+from ddpfaults.spec import RunSpec, StopReason, check_call
 
 STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
 
@@ -62,38 +64,24 @@ def run_world(
     first is not an error. ``require_faults_fire=False`` returns the result instead. ``cwd``: the ranks' working
     directory while ``fn`` runs (default: this process's).
     """
-    cwd = check_cwd(cwd, "run_world")
-    spec = local_spec(RunSpec.of(spec, **settings_given("run_world", settings)), world_size)
-    fn_module = getattr(fn, "__module__", "__main__")
-    work = Work(
-        payload=_pickle_payload(fn, args, kwargs),
-        module=fn_module,
-        file=getattr(sys.modules.get(fn_module), "__file__", None),
-        function=describe_function(fn),
-        kwargs=repr(dict(kwargs)) if kwargs else "",
-        cwd=cwd,
+    target = FunctionTarget.of(fn, args=args, kwargs=kwargs, cwd=cwd)
+    request = world.WorldRequest.of(
+        target, faults, spec, flight_recorder_dir, require_faults_fire, world_size=world_size, **settings
     )
-    request = world.WorldRequest.of(FunctionTarget(work), faults, spec, flight_recorder_dir, require_faults_fire)
-    if spec.reuse and pool.pooled(pool.world_key(spec)) and not request.plan.data_only:
-        capacity.check_world_size(spec.world_size)  # a world of its own beside the pooled one
     return world.run(request)
 
 
-def local_spec(spec: RunSpec, world_size: int) -> RunSpec:
-    """``spec`` with ``world_size`` (required), validated for a world on this machine (Linux, gloo)."""
-    platform.require("local worlds (run_world, run_script, the matrix, the pytest plugin)")
-    spec = dataclasses.replace(spec, world_size=world_size)
-    if spec.backend != "gloo":
-        raise errors.UnknownBackend(f"backend {spec.backend!r} cannot run in a local world here; use 'gloo'")
-    if not (spec.reuse and pool.pooled(pool.world_key(spec))):  # a pooled world is already held
-        capacity.check_world_size(spec.world_size)
-    return spec
-
-
 @dataclasses.dataclass(frozen=True)
-class Work:
-    """What a world's ranks run: the pickled ``(fn, args, kwargs)``, where ``fn``'s module lives (to import it in
-    a rank), and how reports name it (``function``, ``kwargs``, ``replay``, ``step_clock``)."""
+class FunctionTarget:
+    """What a world's ranks run (:class:`~ddpfaults.engine.world.Target`): the pickled ``(fn, args, kwargs)``, where
+    ``fn``'s module lives (to import it in a rank), and how reports name it (``function``, ``kwargs``, ``replay``,
+    ``step_clock``). A rank function's attempts share ``ctx.shared_dir`` when it may restart or be run again for the
+    resume check, and each attempt but the last warms up a standby; a script's attempt runs one of these, the
+    script's runner (:class:`~ddpfaults.engine.scripts.ScriptRun`)."""
+
+    call: ClassVar[str] = "run_world"  # the public call whose keywords :meth:`WorldRequest.of` takes
+    settings: ClassVar[tuple | None] = None  # the settings it takes (None: every one)
+    fixed: ClassVar[dict] = {}  # settings it always runs with
 
     payload: bytes
     module: str
@@ -104,15 +92,21 @@ class Work:
     step_clock: str = "ctx.step"
     script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
     cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
-    resume_watch: frozenset = frozenset()  # parameter digests entering a step where the capture records its state
 
-
-@dataclasses.dataclass(frozen=True)
-class FunctionTarget:
-    """A rank function's world (:class:`~ddpfaults.engine.world.Target`): its attempts share ``ctx.shared_dir``
-    when it may restart or be run again for the resume check, and each attempt but the last warms up a standby."""
-
-    work: Work
+    @classmethod
+    def of(cls, fn, *, args=(), kwargs=None, cwd=None) -> FunctionTarget:
+        """``fn(ctx, *args, **kwargs)``, once ``fn`` is known to be importable by reference and to take them, and
+        ``cwd`` a directory (the errors of bad input, before any rank starts)."""
+        cwd = check_cwd(cwd, "run_world")
+        fn_module = getattr(fn, "__module__", "__main__")
+        return cls(
+            payload=_pickle_payload(fn, args, kwargs),
+            module=fn_module,
+            file=getattr(sys.modules.get(fn_module), "__file__", None),
+            function=describe_function(fn),
+            kwargs=repr(dict(kwargs)) if kwargs else "",
+            cwd=cwd,
+        )
 
     def kept(self, spec: RunSpec):
         """The shared directory kept across the attempts of one run (None: one per attempt)."""
@@ -120,10 +114,9 @@ class FunctionTarget:
 
     def attempt(self, request, plan: Plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
         """One attempt on a world of local processes."""
-        spec = request.spec
-        work = dataclasses.replace(self.work, resume_watch=resume_watch)
-        standby = attempt < spec.max_restarts
-        return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt, kept, standby=standby).run()
+        standby = attempt < request.spec.max_restarts
+        world = LocalWorld(self, plan, request.spec, request.flight_recorder_dir, attempt, kept, standby, resume_watch)
+        return world.run()
 
 
 def _pickle_payload(fn, args, kwargs) -> bytes:
@@ -146,13 +139,22 @@ def _pickle_payload(fn, args, kwargs) -> bytes:
         ) from None
 
 
-class LocalWorld(loop.Observer):
+class LocalWorld(Observer):
     """One run on a world of local processes: owns a job dir and (unless it goes back to the pool) the ranks."""
 
     def __init__(
-        self, work: Work, faults, spec: RunSpec, flight_recorder_dir=None, attempt=0, shared_dir=None, standby=False
+        self,
+        work: FunctionTarget,
+        faults,
+        spec: RunSpec,
+        flight_recorder_dir=None,
+        attempt=0,
+        shared_dir=None,
+        standby=False,
+        resume_watch: frozenset = frozenset(),
     ):
         self.work, self.faults, self.spec = work, faults, spec
+        self.resume_watch = resume_watch  # parameter digests entering a step where the capture records its state
         self.attempt = attempt  # the run of a restarted world
         self.standby = standby and spec.reuse and bool(self._acting())  # a restart may follow: see _start
         self.shared_dir = shared_dir  # a shared directory kept across attempts (None: one per job)
@@ -178,7 +180,7 @@ class LocalWorld(loop.Observer):
         try:
             self._start()
             reason = loop.watch(self, self.spec)
-            result = loop.judge(
+            verdict = loop.judge(
                 self,
                 self.spec,
                 reason,
@@ -189,18 +191,22 @@ class LocalWorld(loop.Observer):
                 replay=self.work.replay,
                 step_clock=self.work.step_clock,
             )
-            result.preemption = recovery.preemption(result)
-            result.resume_records = resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None
+            found = dict(
+                preemption=recovery.preemption(verdict),
+                resume_records=resume.read(self.dir, self.spec.world_size) if self.spec.check_resume else None,
+            )
             if self.flight_recorder_dir is not None:
-                result.flight_records = self._keep_flight_records(self.flight_recorder_dir)
-            keep = self.spec.reuse and self._reusable(result)
+                found["flight_records"] = self._keep_flight_records(self.flight_recorder_dir)
+            keep = self.spec.reuse and self._reusable(verdict)
+            ranks = verdict.ranks
             if not keep:
                 alive = self.ranks.live()
                 self.ranks.close()
-                for i in alive:
-                    result.ranks[i].events.append(events.event("killed", t=round(time.monotonic() - self.t0, 6)))
-            result.reused = keep
-            return result
+                killed = events.event("killed", t=round(time.monotonic() - self.t0, 6))
+                ranks = [
+                    dataclasses.replace(r, events=[*r.events, killed]) if i in alive else r for i, r in enumerate(ranks)
+                ]
+            return verdict.assembled(ranks=ranks, reused=keep, **found)
         finally:
             if self.ranks is not None:
                 if keep:
@@ -220,14 +226,7 @@ class LocalWorld(loop.Observer):
         self.ranks = pool.take(pool.world_key(spec)) if take else None
         self.warm = self.ranks is not None
         if self.ranks is None:
-            self.ranks = pool.RankSet(
-                world_size=spec.world_size,
-                backend=spec.backend,
-                start_method=spec.start_method,
-                threads=spec.threads,
-                timeout=spec.timeout,
-                warm=spec.reuse,
-            )
+            self.ranks = pool.RankSet.of(spec, warm=spec.reuse)
         self.dir = tempfile.mkdtemp(prefix="job-", dir=self.ranks.dir)  # inside: a rank outliving us removes it
         shared = self.shared_dir or os.path.join(self.dir, "shared")
         os.makedirs(shared, exist_ok=True)
@@ -244,7 +243,7 @@ class LocalWorld(loop.Observer):
             script=self.work.script,
             cwd=self.work.cwd,
             attempt=self.attempt,
-            resume_watch=self.work.resume_watch,
+            resume_watch=self.resume_watch,
         )
         self.watches = [RankWatch(r, self.dir) for r in range(spec.world_size)]
         self.t0 = time.monotonic()
@@ -288,7 +287,7 @@ class LocalWorld(loop.Observer):
                 shutil.copyfile(source, os.path.join(directory, f"rank_{i}"))
         return directory
 
-    # -- the judge's view (loop.Observer) -------------------------------------------------
+    # -- the judge's view (Observer) -------------------------------------------------
     def poll(self, wait: float) -> None:
         """Wait for a rank to exit (at most ``wait`` s), then read every rank's new events."""
         ready = multiprocessing.connection.wait(list(self.sentinels), timeout=wait)

@@ -62,6 +62,12 @@ _FORKSERVER_PRELOAD = [
 class RankSet:
     """The N processes of one world; with ``warm`` they take jobs over pipes, else they run one."""
 
+    @classmethod
+    def of(cls, spec, warm: bool) -> RankSet:
+        """The ranks of a world of ``spec``'s shape (:func:`world_key`), its process group's timeout from its own."""
+        shape = dict(world_size=spec.world_size, backend=spec.backend, start_method=spec.start_method)
+        return cls(**shape, threads=spec.threads, timeout=spec.timeout, warm=warm)
+
     def __init__(self, *, world_size: int, backend: str, start_method: str, threads: int, timeout: float, warm: bool):
         self.key = (world_size, backend, start_method, threads)
         self.world_size = world_size
@@ -265,14 +271,7 @@ def standby(spec, hide_main: bool) -> None:
     key = world_key(spec)
     if key in _POOL:
         return
-    ranks = RankSet(
-        world_size=spec.world_size,
-        backend=spec.backend,
-        start_method=spec.start_method,
-        threads=spec.threads,
-        timeout=spec.timeout,
-        warm=True,
-    )
+    ranks = RankSet.of(spec, warm=True)
     job_dir = tempfile.mkdtemp(prefix="warm-up-", dir=ranks.dir)
     os.mkdir(os.path.join(job_dir, "shared"))
     job = Job(

@@ -62,8 +62,7 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
     is returned as it is."""
     if max_restarts == 0:
         result = start(0)
-        result.resume_records = [result.resume_records]
-        return result
+        return result.assembled(resume_records=[result.resume_records])
     results = []
     for attempt in range(max_restarts + 1):
         results.append(start(attempt))
@@ -82,17 +81,20 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
     ``attempts`` (:func:`summary`), ``fired`` and ``unfired``: each attempt's unfired faults are those of its own
     attempt; faults of attempts never run are unfired with no chance. Its ``preemption`` is the world's: the last
     attempt's that was preempted (each attempt's own stays in ``attempts``)."""
-    for attempt, result in enumerate(results):
-        result.unfired = [u for u in result.unfired if plan[u.index].attempt == attempt]
-    last = results[-1]
-    last.attempts = [summary(r, k) for k, r in enumerate(results)]
-    last.resume_records = [r.resume_records for r in results]
-    last.unfired = [u for r in results for u in r.unfired] + [
-        UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)
-    ]
-    last.fired = [f for r in results for f in r.fired]
-    last.preemption = next((r.preemption for r in reversed(results) if r.preemption is not None), None)
-    return last
+    unfired = [u for k, r in enumerate(results) for u in own_unfired(r, plan, k)]
+    return results[-1].assembled(
+        attempts=[summary(r, k) for k, r in enumerate(results)],
+        resume_records=[r.resume_records for r in results],
+        unfired=unfired + [UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)],
+        fired=[f for r in results for f in r.fired],
+        preemption=next((r.preemption for r in reversed(results) if r.preemption is not None), None),
+    )
+
+
+def own_unfired(result: WorldResult, plan: Plan, attempt: int) -> list[UnfiredFault]:
+    """The faults of ``plan`` that attempt ``attempt`` (judged ``result``) left unfired among those of its own
+    attempt (a fault of another attempt never had its chance there)."""
+    return [u for u in result.unfired if plan[u.index].attempt == attempt]
 
 
 def kept_dir(prefix: str, wanted: bool = True):
@@ -112,14 +114,11 @@ def checking_resume(run: Callable[..., WorldResult], plan: Plan, spec) -> WorldR
         return run(plan)
     result = run(plan)
     if len(result.resume_records) < 2:  # one attempt: nothing resumed
-        result.resume = resume.not_resumed(str(result.outcome))
-        return result
+        return result.assembled(resume=resume.not_resumed(str(result.outcome)))
     baseline = run(Plan((), plan.world_size), resume.watch(result.resume_records))
     if baseline.outcome != Outcome.COMPLETED:
-        result.resume = resume.unchecked(str(baseline.outcome), baseline.root_cause)
-    else:
-        result.resume = resume.compare(baseline.resume_records[0], result.resume_records)
-    return result
+        return result.assembled(resume=resume.unchecked(str(baseline.outcome), baseline.root_cause))
+    return result.assembled(resume=resume.compare(baseline.resume_records[0], result.resume_records))
 
 
 def finished_world(run: Callable[[Plan], WorldResult], plan: Plan, spec, require_faults_fire: bool) -> WorldResult:

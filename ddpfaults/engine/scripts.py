@@ -19,16 +19,17 @@ import shutil
 import sys
 import tempfile
 from datetime import timedelta
+from typing import ClassVar
 
 from ddpfaults.argv import argv_of
 from ddpfaults.engine import restarts, world
 from ddpfaults.engine.folders import check_cwd
-from ddpfaults.engine.launcher import LocalWorld, Work, local_spec
+from ddpfaults.engine.launcher import FunctionTarget, LocalWorld
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
 from ddpfaults.replay import script_command
-from ddpfaults.spec import PARAM, RunSpec, check_step_clock, settings_given
+from ddpfaults.spec import PARAM, RunSpec, check_step_clock
 
 _RUNS = itertools.count()
 
@@ -59,11 +60,11 @@ def run_script(
     fault that never fires although a rank it targets ran the script to its end raises
     :class:`~ddpfaults.errors.FaultNeverFired` carrying the result, unless ``require_faults_fire=False``.
     """
-    target = _target(path, argv, module, step_clock, cwd)
-    given = settings_given("run_script", settings, [name for name in PARAM if name != "reuse"])
-    spec = local_spec(RunSpec.of(spec, **given, reuse=False), world_size)
-    run = ScriptRun(target, moved=cwd is not None, fresh=isinstance(cwd, FreshDirectory))
-    return world.run(world.WorldRequest.of(run, faults, spec, flight_recorder_dir, require_faults_fire))
+    run = ScriptRun.of(path, argv, module=module, step_clock=step_clock, cwd=cwd)
+    request = world.WorldRequest.of(
+        run, faults, spec, flight_recorder_dir, require_faults_fire, world_size=world_size, **settings
+    )
+    return world.run(request)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +72,19 @@ class ScriptRun:
     """A script's world (:class:`~ddpfaults.engine.world.Target`): ``target`` as validated, and where its working
     directory came from for its replay line (``moved``: given by the caller; ``fresh``: a fresh one of its own)."""
 
+    call: ClassVar[str] = "run_script"
+    settings: ClassVar[tuple] = tuple(name for name in PARAM if name != "reuse")
+    fixed: ClassVar[dict] = {"reuse": False}  # script worlds are never reused: the script owns its process group
+
     target: script.ScriptTarget
     moved: bool = False
     fresh: bool = False
+
+    @classmethod
+    def of(cls, path=None, argv=(), *, module=None, step_clock: str = seams.OPTIMIZER, cwd=None) -> ScriptRun:
+        """The script at ``path`` (or ``module``) with ``argv``, validated (:func:`run_script`'s keywords)."""
+        target = _target(path, argv, module, step_clock, cwd)
+        return cls(target, moved=cwd is not None, fresh=isinstance(cwd, FreshDirectory))
 
     @contextlib.contextmanager
     def kept(self, spec: RunSpec):
@@ -90,7 +101,7 @@ class ScriptRun:
 
     def attempt(self, request, plan, attempt: int, resume_watch: frozenset, kept) -> WorldResult:
         """One attempt of a script world, on a store of its own (torchrun's agent's, fresh for each attempt);
-        ``resume_watch``: :attr:`Work.resume_watch`."""
+        ``resume_watch``: :attr:`LocalWorld.resume_watch <ddpfaults.engine.launcher.LocalWorld>`."""
         import torch.distributed as dist
 
         spec, (run_id, where, run_dir) = request.spec, kept
@@ -101,7 +112,7 @@ class ScriptRun:
             target = dataclasses.replace(
                 target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
             )
-            work = Work(
+            runner = FunctionTarget(
                 payload=pickle.dumps((script.run, (target, spec.threads), {})),
                 module=script.__name__,
                 file=None,
@@ -110,9 +121,8 @@ class ScriptRun:
                 replay=script_command(self.target, spec, plan, moved=self.moved, fresh=self.fresh),
                 step_clock=target.clock,
                 script=True,
-                resume_watch=resume_watch,
             )
-            return LocalWorld(work, plan, spec, request.flight_recorder_dir, attempt).run()
+            return LocalWorld(runner, plan, spec, request.flight_recorder_dir, attempt, resume_watch=resume_watch).run()
         finally:
             del store
 

@@ -19,7 +19,7 @@ from ddpfaults.judge.watch import RankWatch
 from ddpfaults.spec import RunSpec
 
 if TYPE_CHECKING:
-    from ddpfaults.judge.loop import Observer
+    from ddpfaults.judge.observer import Observer
 
 PROOF_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # seconds between checks of a deadlock the ranks' events suggest
 UNTRACED_QUIET = 0.03  # seconds without an event before a rank's untraced wait (plain DDP's) is looked at

@@ -7,7 +7,7 @@ import enum
 import json
 import os
 import sys
-from dataclasses import InitVar, asdict, dataclass, field, fields
+from dataclasses import FrozenInstanceError, InitVar, asdict, dataclass, field, fields
 from typing import Any
 
 from ddpfaults.errors import ConfigError
@@ -334,6 +334,23 @@ class WorldResult:
     def values(self) -> list:
         """Each rank's return value, in rank order."""
         return [r.value for r in self.ranks]
+
+    def assembled(self, **changes) -> WorldResult:
+        """A new result: this one with ``changes`` (fields), assembled. An assembled result refuses any change
+        (:class:`dataclasses.FrozenInstanceError`): the engine assembles a world's result once, from the judge's
+        verdict and what is known after it (the pool's word, the attempts, the resume check's finding), and a reader
+        that wants it different makes another (``assembled`` again), never changing the one others hold."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}  # the settings come with the spec
+        result = WorldResult(**{**values, **changes})
+        object.__setattr__(result, "_assembled", True)
+        return result
+
+    def __setattr__(self, name: str, value) -> None:
+        if self.__dict__.get("_assembled"):
+            raise FrozenInstanceError(
+                f"cannot assign to field {name!r}: this WorldResult is assembled (its assembled() makes a new one)"
+            )
+        object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the whole world (its spec's settings as fields of it, :data:`SPEC_FIELDS`)."""

@@ -93,8 +93,8 @@ def conclude(run_store, result: WorldResult, env, faults) -> WorldResult | None:
     if env.max_restarts == 0:
         return result
     if env.restart < env.max_restarts and restarts.restarted(result):
-        result.unfired = [u for u in result.unfired if faults[u.index].attempt == env.restart]
-        run_store.set(f"attempt/{env.restart}", result.to_json())
+        kept = result.assembled(unfired=restarts.own_unfired(result, faults, env.restart))
+        run_store.set(f"attempt/{env.restart}", kept.to_json())
         return None
     earlier = [_earlier(run_store, k) for k in range(env.restart)]
     return restarts.merge([*earlier, result], faults)

@@ -30,6 +30,7 @@ import time
 
 from ddpfaults import events
 from ddpfaults.judge import loop, recovery
+from ddpfaults.judge.observer import Observer
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.judge.watch import RankWatch, main_thread, tail, telling_line
 from ddpfaults.spec import RunSpec, StopReason
@@ -149,7 +150,7 @@ class SeatLost(Exception):
     """Another rank took the judge's seat: this judge stops."""
 
 
-class StoreWorld(loop.Observer):
+class StoreWorld(Observer):
     """The world seen through the store by the rank holding the judge's seat (:func:`judge_world` runs it).
 
     ``holds_seat()`` is asked at every poll; once it is False the judging stops (another rank judges).
@@ -194,7 +195,7 @@ class StoreWorld(loop.Observer):
         times = [w.terminated for w in self.watches if w.terminated is not None]
         return min(times) if times else None
 
-    # -- the judge's view (loop.Observer) -------------------------------------------------------
+    # -- the judge's view (Observer) -------------------------------------------------------
     def since_start(self, t: float) -> float:
         """An event's wall-clock time in seconds since rank 0's start."""
         return t - self.t0_wall
@@ -283,8 +284,7 @@ def judge_store_world(store, *, spec: RunSpec, t0_wall: float, holds_seat, **abo
         result = loop.judge(world, spec, reason, launcher="torchrun", **about)
     except SeatLost:
         return None
-    result.preemption = recovery.preemption(result)
-    return result
+    return result.assembled(preemption=recovery.preemption(result))
 
 
 def _death_text(w: StoreRankWatch, output: str) -> str:

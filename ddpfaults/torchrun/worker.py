@@ -62,11 +62,10 @@ from datetime import timedelta
 from ddpfaults.errors import DDPFaultsError
 from ddpfaults.expect import Expectation
 from ddpfaults.faults import check_faults
-from ddpfaults.judge.results import describe_function
 from ddpfaults.proc import platform
 from ddpfaults.replay import replay_line, settings_of
 from ddpfaults.report.document import write_document
-from ddpfaults.scenario import load_module, scenarios_in
+from ddpfaults.scenario import CaseRun, load_module, scenarios_in
 from ddpfaults.spec import SCENARIO, TORCHRUN, RunSpec, parse_bool, settable
 from ddpfaults.torchrun import restarts
 from ddpfaults.torchrun.process import sever_peer_sockets, tee_stderr
@@ -178,20 +177,8 @@ class TorchrunEnv:
         )
 
 
-@dataclass(frozen=True)
-class CasePlan:
-    """What this torchrun world runs: the spec, the fault plan, the function's kwargs, and how to replay it."""
-
-    spec: RunSpec
-    faults: tuple
-    kwargs: dict
-    function: str
-    replay: str
-    argv: tuple = ()  # a script case's arguments
-
-
-def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
-    """The case's settings for this torchrun world (declared values, then the command line)."""
+def resolve_plan(case, env: TorchrunEnv, args) -> CaseRun:
+    """The case resolved for this torchrun world (declared values, then the command line), with its replay line."""
     declared = case.resolve(RunSpec(world_size=env.world_size))
     if declared.spec.world_size != env.world_size and env.rank == 0:
         print(
@@ -214,14 +201,8 @@ def resolve_plan(case, env: TorchrunEnv, args) -> CasePlan:
         else f"torchrun --nnodes={nodes} --nproc-per-node={env.local_world_size} --rdzv-backend=c10d "
         f"--rdzv-endpoint={env.master_addr}:PORT"
     ) + (f" --max-restarts {env.max_restarts}" if env.max_restarts else "")
-    return CasePlan(
-        spec=spec,
-        faults=faults,
-        kwargs=declared.kwargs,
-        argv=declared.argv,
-        function=describe_function(case.scenario.fn) if case.scenario.fn else os.path.relpath(case.scenario.script),
-        replay=replay_line([launcher, "-m ddpfaults.launch", shlex.quote(args.spec)], settings_of(spec, TORCHRUN)),
-    )
+    replay = replay_line([launcher, "-m ddpfaults.launch", shlex.quote(args.spec)], settings_of(spec, TORCHRUN))
+    return dataclasses.replace(declared, spec=spec, faults=faults, replay=replay)
 
 
 def process_group_backend(backend: str, env: TorchrunEnv) -> str:
@@ -261,7 +242,7 @@ def connect_store(env: TorchrunEnv, timeout: float):
     return dist.PrefixStore(str(env.restart), run_store.clone()), run_store, {env.master_port, port}
 
 
-def judge_world(store, run_store, env: TorchrunEnv, case, plan: CasePlan, args) -> None:
+def judge_world(store, run_store, env: TorchrunEnv, case, plan: CaseRun, args) -> None:
     """The judge thread: watch the world through the store, print and write its result, publish the verdict
     (a restart's: :mod:`ddpfaults.torchrun.restarts`)."""
     code = 3
@@ -308,7 +289,7 @@ def _verdict_published(store) -> bool:
         return False
 
 
-def _run_case(case, plan: CasePlan, env: TorchrunEnv, store, events, keep_ports: set, shared_dir: str) -> None:
+def _run_case(case, plan: CaseRun, env: TorchrunEnv, store, events, keep_ports: set, shared_dir: str) -> None:
     """Run the case's function on this rank; publish its result (before the end event) and return."""
     import torch
     import torch.distributed as dist
