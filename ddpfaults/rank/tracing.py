@@ -18,7 +18,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults import events
 from ddpfaults.faults.step import COLLECTIVE_OPS
-from ddpfaults.rank import effects, running
+from ddpfaults.rank import effects, running, torch_private
 from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
@@ -67,7 +67,28 @@ def _call_facts(original, args, kwargs) -> dict:
         facts["root"] = roots[0]
     if bound is not None and _is_default(arguments.get("group")):
         facts["pg_seq"] = default_group_seq()
+    elif bound is not None:
+        facts.update(group_facts(arguments.get("group")))
     return facts
+
+
+def group_facts(group) -> dict:
+    """``group``, ``members`` and ``desc`` (torch's ``group_desc``, for the call's note) of a call on a process
+    group other than the default one: the group's identity (:func:`ddpfaults.events.group_key`: its sorted members,
+    and its place among this rank's groups of the same members in the order the rank made them, as the judge reads
+    a flight record's) and its member ranks; {} when torch does not know the group."""
+    try:
+        world = torch_private.groups()
+        members = sorted(world.pg_group_ranks[group])
+        same = [
+            g
+            for g in world.pg_names
+            if g is not world.default_pg and sorted(world.pg_group_ranks.get(g, {})) == members
+        ]
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        return {}
+    ordinal = next((i for i, g in enumerate(same) if g is group), 0)
+    return {"group": events.group_key(members, ordinal), "members": members, "desc": getattr(group, "group_desc", None)}
 
 
 #: the rows of :data:`ddpfaults.events.MAKER_FRAMES` naming a library whose collectives are Python calls the tracing
@@ -105,7 +126,10 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
                 return None
         entering(ctx, op, maker)
     facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
-    note = note or events.MAKERS[maker]
+    desc = facts.pop("desc", None)
+    note = note or "; ".join(
+        n for n in (events.MAKERS[maker], "members" in facts and events.group_label(facts["members"], desc)) if n
+    )
     seq = ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts)
     _local.inside = True
     try:

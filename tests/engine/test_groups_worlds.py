@@ -1,0 +1,45 @@
+"""Process groups beyond the default one in real worlds: each group's collectives are compared among its members
+only, so a completed world with subgroups or a 2-D mesh shows no divergence, and a rank that skips a collective of
+its tp group is named in that group."""
+
+import pytest
+
+from ddpfaults import Outcome, run_world
+from groupfns import mesh_2d, subgroups
+
+
+def test_a_completed_2d_mesh_shows_no_divergence():
+    """Two tp pairs and two dp pairs each run their own sequence (judged as 'process group 3 vs 4' before)."""
+    result = run_world(mesh_2d, world_size=4, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+    assert "divergent" not in result.report()
+    calls = result.ranks[3].collectives
+    assert result.ranks[3].recorder == "flight recorder"
+    assert {c.group for c in calls} == {"1,3", "2,3"}, [c.group for c in calls]
+    assert "process group mesh_tp of ranks 2, 3" in calls[0].note
+
+
+@pytest.mark.parametrize("recorder", ["flight recorder", "tracing"])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_completed_subgroups_of_different_shapes_show_no_divergence(world_size, recorder, monkeypatch):
+    """The halves all_reduce tensors of different sizes, and two groups have the same members (the whole world):
+    torch's record and ddpfaults' tracing (the recorder off) know each group by the same identity."""
+    if recorder == "tracing":
+        monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
+    result = run_world(subgroups, world_size=world_size, timeout=120, reuse=False)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+    assert result.ranks[0].recorder == recorder
+    keys = {c.group for c in result.ranks[0].collectives}
+    whole = ",".join(str(r) for r in range(world_size))
+    assert {whole, f"{whole}#1", None} <= keys, keys
+
+
+def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
+    result = run_world(mesh_2d, world_size=4, kwargs={"skip_rank": 3, "skip_step": 1}, stall=1.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 3, result.report()
+    assert "in step 1 rank 3 made all_reduce([4]) [process group mesh_dp of ranks 1, 3]" in result.root_cause
+    groups = {g.call.group for g in result.divergence.groups if g.call is not None}
+    assert groups == {"2,3"}, result.report()  # the tp pair of ranks 2 and 3 alone is compared
