@@ -35,6 +35,7 @@ from ddpfaults import events
 from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.divergence import first_divergence_found
+from ddpfaults.judge.groups import creation_order
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
@@ -243,7 +244,7 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
         if not w.events:
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
         if (call := w.waiting_in()) is not None:
-            if call.op == "init_process_group" or call.op.startswith("store."):
+            if call.op in ("init_process_group", "new_group") or call.op.startswith("store."):
                 polling.append(i)  # a FileStore wait polls its file: its main thread runs a little, often
             continue
         if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
@@ -387,7 +388,8 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
-    deviation = None if finished else culprits(done, fired)
+    # a rank that made its process groups in another order waits in new_group (or trains on cross-wired)
+    deviation = None if finished else (creation_order(ranks) or culprits(done, fired))
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
     decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
     for rank in ranks:

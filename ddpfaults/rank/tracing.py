@@ -165,8 +165,45 @@ def _trace_store(name: str, original):
     return traced
 
 
+#: what a rank is in while it makes a process group (``new_group``, a DeviceMesh's dimensions): an ``enter`` event
+#: with the members of the group being made, every rank's in the order it makes them (the judge compares them)
+MAKING_GROUP = "new_group"
+
+
+def _trace_group_making(original):
+    """torch's ``_new_group_with_tag`` (which ``new_group`` and ``init_device_mesh`` call for every group, on every
+    rank, member or not), recorded as a wait named :data:`MAKING_GROUP`: gloo connects a new group's members through
+    the store, so a rank making another group than its peers waits there."""
+
+    @functools.wraps(original)
+    def traced(*args, **kwargs):
+        ctx = running.current()
+        if ctx is None or getattr(_local, "inside", False):
+            return original(*args, **kwargs)
+        signature = _signature(original)
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments if signature is not None else {}
+        except TypeError:
+            return original(*args, **kwargs)
+        ranks = arguments.get("ranks")
+        members = sorted(int(r) for r in ranks) if ranks else list(range(dist.get_world_size()))
+        seq = ctx._enter(MAKING_GROUP, [], call_site(), note=arguments.get("group_desc") or "", members=members)
+        _local.inside = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _local.inside = False
+            ctx._exit(seq)
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
 def install_tracing() -> None:
-    """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
+    """Wrap the torch.distributed collectives, group making and blocking store reads (once per process)."""
+    making = getattr(c10d, "_new_group_with_tag", None)
+    if making is not None and not hasattr(making, "__ddpfaults_original__"):
+        c10d._new_group_with_tag = _trace_group_making(making)
     for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
         original = getattr(c10d, name, None)
         if original is None or hasattr(original, "__ddpfaults_original__"):

@@ -5,7 +5,7 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import mesh_2d, subgroups
+from groupfns import groups_in_order, mesh_2d, subgroups
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -43,3 +43,20 @@ def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
     assert "in step 1 rank 3 made all_reduce([4]) [process group mesh_dp of ranks 1, 3]" in result.root_cause
     groups = {g.call.group for g in result.divergence.groups if g.call is not None}
     assert groups == {"2,3"}, result.report()  # the tp pair of ranks 2 and 3 alone is compared
+
+
+def test_a_rank_making_its_groups_in_another_order_is_named():
+    """Measured: every rank waits in new_group (gloo connects a group's members through the store, under another
+    group's name on the swapped rank); before, nothing was judged until the timeout ('untraced wait')."""
+    result = run_world(groups_in_order, world_size=4, kwargs={"swap_rank": 2}, stall=1.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 2, result.report()
+    assert "rank 2 created tp before dp" in result.root_cause, result.report()
+    assert all(r.where.startswith("in new_group() [") for r in result.ranks), result.report()
+    assert result.elapsed < 60, result.report()  # the stall rule, not the timeout
+
+
+def test_groups_made_in_the_same_order_complete():
+    result = run_world(groups_in_order, world_size=4, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ddpfaults.events import group_key, group_label
 from ddpfaults.judge.flight import collectives, group_identities
+from ddpfaults.judge.groups import creation_order
 from ddpfaults.judge.results import Collective, RankResult, RankState
 from ddpfaults.judge.verdict import first_divergence
 
@@ -96,3 +97,32 @@ def test_the_earliest_of_several_groups_divergences_is_the_first():
     ranks[1].collectives[0] = call(1, "0,1", [0, 1], size=9)
     divergence = first_divergence(ranks)
     assert divergence.index == 1 and divergence.groups[0].call.group == "0,1"
+
+
+def making(r, *groups) -> RankResult:
+    """A rank whose events say it began to make ``groups`` (``(members, desc)``) in that order."""
+    events = [
+        {"k": "enter", "op": "new_group", "members": list(m), "note": d, "seq": i} for i, (m, d) in enumerate(groups)
+    ]
+    return RankResult(rank=r, state=RankState.BLOCKED, events=events)
+
+
+DP = [((0, 2), "dp"), ((1, 3), "dp")]
+TP = [((0, 1), "tp"), ((2, 3), "tp")]
+
+
+def test_a_rank_making_its_groups_in_another_order_is_named():
+    ranks = [making(r, *(TP + DP if r == 2 else DP + TP)) for r in range(4)]
+    found = creation_order(ranks)
+    assert found.ranks == (2,)
+    assert "rank 2 made process group tp of ranks 0, 1 as its process group #1" in found.shows
+    assert "ranks 0, 1, 3 made process group dp of ranks 0, 2: rank 2 created tp before dp" in found.shows
+
+
+def test_groups_made_in_one_order_or_cut_short_are_no_finding():
+    assert creation_order([making(r, *(DP + TP)) for r in range(4)]) is None
+    assert creation_order([making(0, *DP), making(1, *(DP + TP))]) is None  # rank 0 stopped after two
+
+
+def test_an_even_split_names_no_one():
+    assert creation_order([making(0, *(DP + TP)), making(1, *(TP + DP))]) is None

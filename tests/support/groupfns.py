@@ -38,3 +38,27 @@ def subgroups(ctx, steps=3):
             dist.all_reduce(t, group=group)
             total += float(t.sum())
     return total
+
+
+def groups_in_order(ctx, swap_rank=None, steps=2):
+    """A dp x tp layout made by ``new_group`` (dp: ranks r and r + world/2; tp: the halves), every rank making every
+    group, dp first; ``swap_rank`` makes tp first. Each step all_reduces in the rank's tp group, then its dp group."""
+    size = dist.get_world_size()
+    half = size // 2
+    layouts = {
+        "dp": [[r, r + half] for r in range(half)],
+        "tp": [list(range(half)), list(range(half, size))],
+    }
+    order = ("tp", "dp") if ctx.rank == swap_rank else ("dp", "tp")
+    mine = {}
+    for dim in order:
+        for ranks in layouts[dim]:
+            group = dist.new_group(ranks, group_desc=dim)
+            if ctx.rank in ranks:
+                mine[dim] = group
+    t = torch.ones(4)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t, group=mine["tp"])
+        dist.all_reduce(t, group=mine["dp"])
+    return float(t.sum())
