@@ -36,6 +36,7 @@ KINDS: dict[str, frozenset] = {
             "thread",
             "group",
             "members",
+            "splits",
         ),
         "exit": ("seq",),
         "ddp_finalize": ("pg_seq", "step", "thread"),

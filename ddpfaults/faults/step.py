@@ -211,6 +211,8 @@ COLLECTIVE_OPS = (
     "monitored_barrier",
     "send",
     "recv",
+    "isend",
+    "irecv",
 )
 #: SkippedCollective's ``op`` for the all_reduce of a DDP gradient bucket (made by DDP's reducer, not a call)
 DDP_BUCKET = "ddp_bucket"

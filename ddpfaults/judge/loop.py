@@ -36,6 +36,7 @@ from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.groups import creation_order
+from ddpfaults.judge.p2p import p2p_finding, split_finding
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
@@ -389,7 +390,12 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
     # a rank that made its process groups in another order waits in new_group (or trains on cross-wired)
-    deviation = None if finished else (creation_order(ranks) or culprits(done, fired))
+    # point-to-point messages are matched pair by pair (judge/p2p.py), never in the collective sequences
+    deviation = (
+        None
+        if finished
+        else (creation_order(ranks) or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired))
+    )
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
     decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
     for rank in ranks:

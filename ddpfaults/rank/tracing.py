@@ -35,6 +35,11 @@ def _shapes(args, kwargs) -> list:
     return found
 
 
+#: point-to-point calls that return without waiting (their Work is waited for later, or by batch_isend_irecv)
+ASYNC_POINT_TO_POINT = ("isend", "irecv")
+#: point-to-point calls, whose ``root`` is the peer: a send's destination, a receive's source
+SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
+
 #: the arguments naming a rooted collective's source or destination rank
 _ROOTS = ("src", "dst", "group_src", "group_dst")
 
@@ -60,8 +65,16 @@ def _call_facts(original, args, kwargs) -> dict:
     except TypeError:
         return facts  # the call raises before making any collective
     arguments = bound.arguments if bound is not None else {}
-    if arguments.get("async_op"):
+    if arguments.get("async_op") or original.__name__ in ASYNC_POINT_TO_POINT:
         facts["async"] = True
+    if arguments.get("input_split_sizes") is not None or arguments.get("output_split_sizes") is not None:
+        try:  # all_to_all_single's rows to each rank, and from each (None: even splits)
+            facts["splits"] = [
+                None if arguments.get(name) is None else [int(n) for n in arguments[name]]
+                for name in ("input_split_sizes", "output_split_sizes")
+            ]
+        except (TypeError, ValueError):
+            pass
     roots = [arguments[name] for name in _ROOTS if arguments.get(name) is not None]
     if roots and isinstance(roots[0], int):
         facts["root"] = roots[0]
@@ -127,8 +140,12 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
         entering(ctx, op, maker)
     facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
     desc = facts.pop("desc", None)
+    peer = facts.get("root")
+    toward = "" if peer is None else f"to rank {peer}" if op in SENDS else f"from rank {peer}" if op in RECEIVES else ""
     note = note or "; ".join(
-        n for n in (events.MAKERS[maker], "members" in facts and events.group_label(facts["members"], desc)) if n
+        n
+        for n in (events.MAKERS[maker], toward, "members" in facts and events.group_label(facts["members"], desc))
+        if n
     )
     seq = ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts)
     _local.inside = True
