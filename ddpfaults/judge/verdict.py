@@ -215,12 +215,17 @@ def root_cause(
     blocked = [r.rank for r in ranks if r.state == RankState.BLOCKED]
     finished = [r.rank for r in ranks if r.state == RankState.FINISHED]
     if blocked:
-        where = ranks[blocked[0]].where or "an untraced wait"
+        wheres: dict[
+            str, list[int]
+        ] = {}  # each place the blocked ranks stand (a send to one peer, a recv from another)
+        for rank in blocked:
+            wheres.setdefault(ranks[rank].where or "an untraced wait", []).append(rank)
+        stand = "; ".join(f"{format_ranks(members)} blocked ({where})" for where, members in wheres.items())
         if not finished:
-            return None, f"{format_ranks(blocked)} blocked ({where}) with no divergent collective recorded"
+            return None, f"{stand} with no divergent collective recorded"
         at_fault = finished if len(finished) < len(blocked) else blocked
         return at_fault[0], (
-            f"{format_ranks(blocked)} blocked ({where}) while {format_ranks(finished)} finished without joining; "
+            f"{stand} while {format_ranks(finished)} finished without joining; "
             f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
         )
     return None, "no failure"

@@ -5,7 +5,7 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import groups_in_order, mesh_2d, subgroups
+from groupfns import groups_in_order, mesh_2d, pipeline, subgroups
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -60,3 +60,25 @@ def test_groups_made_in_the_same_order_complete():
     result = run_world(groups_in_order, world_size=4, timeout=120)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
+
+
+@pytest.mark.parametrize("world_size, short", [(2, 0), (4, 1)])
+def test_a_stage_sending_one_microbatch_fewer_is_a_proved_deadlock_naming_it(world_size, short):
+    """gloo's send waits for its recv: the next stage waits for ever in a recv never sent (and the stage after it
+    in its own recv); proved from the ranks' sends and receives, well before the stall window."""
+    result = run_world(pipeline, world_size=world_size, kwargs={"short_stage": short}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert f"rank {short + 1} waits in its recv #6 from rank {short}, which rank {short} never sends" in result.reason
+    assert result.root_rank == short, result.report()
+    assert f"rank {short} sent 2 message(s) to rank {short + 1} in step 1" in result.root_cause, result.report()
+    assert result.ranks[short + 1].where.startswith(f"in recv([8]) [from rank {short}]"), result.report()
+
+
+def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_one():
+    result = run_world(pipeline, world_size=2, kwargs={"both_send_first": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert "rank 0 waits in its send #1 to rank 1, which rank 1 never receives" in result.reason, result.report()
+    assert result.root_rank is None, result.report()
+    assert "rank 0 blocked (in send([8]) [to rank 1]" in result.root_cause
+    assert "rank 1 blocked (in send([8]) [to rank 0]" in result.root_cause

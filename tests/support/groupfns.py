@@ -62,3 +62,25 @@ def groups_in_order(ctx, swap_rank=None, steps=2):
         dist.all_reduce(t, group=mine["tp"])
         dist.all_reduce(t, group=mine["dp"])
     return float(t.sum())
+
+
+def pipeline(ctx, short_stage=None, microbatches=3, steps=2, both_send_first=False):
+    """Stage r receives ``microbatches`` activations a step from stage r-1 and sends them to stage r+1 (blocking
+    send/recv); ``short_stage`` forwards one fewer at step 1. ``both_send_first``: two ranks each send to the other
+    before receiving."""
+    rank, size = ctx.rank, dist.get_world_size()
+    if both_send_first:
+        x = torch.ones(8)
+        dist.send(x, dst=1 - rank)
+        dist.recv(x, src=1 - rank)
+        return float(x.sum())
+    for step in range(steps):
+        ctx.step(step)
+        forwarded = microbatches - 1 if rank == short_stage and step == 1 else microbatches
+        for m in range(microbatches):
+            x = torch.full((8,), float(m))
+            if rank > 0:
+                dist.recv(x, src=rank - 1)
+            if rank < size - 1 and m < forwarded:
+                dist.send(x + 1, dst=rank + 1)
+    return rank
