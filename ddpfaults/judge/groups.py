@@ -9,7 +9,10 @@ from __future__ import annotations
 from ddpfaults.events import group_label
 from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.render import format_ranks
-from ddpfaults.judge.results import RankResult
+from ddpfaults.judge.results import Collective, RankResult
+
+#: gloo's timeout for a process group made without one (torch's default_pg_timeout), in minutes
+GLOO_DEFAULT_MINUTES = 30
 
 #: the op of an ``enter`` event a rank records as it makes a process group (ddpfaults.rank.tracing.MAKING_GROUP)
 MAKING_GROUP = "new_group"
@@ -64,3 +67,18 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
         )
         return Evidence(tuple(sorted(odd)), shows)
     return None
+
+
+def subgroup_timeout_note(waiting: dict[int, Collective | None]) -> str:
+    """A clause for a hang's reason when hung ranks wait in a group other than the default one, or in ``new_group``
+    (``waiting``: each hung rank's innermost traced wait): such a group does not take ``init_process_group``'s
+    timeout (measured under torchrun: ``new_group`` and ``init_device_mesh`` give gloo's 30-minute default unless
+    passed one), so that is how long the job would hang there; "" otherwise."""
+    ranks = sorted(r for r, call in waiting.items() if call is not None and (call.group or call.op == MAKING_GROUP))
+    if not ranks:
+        return ""
+    return (
+        f"; {format_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in a process group made by new_group or "
+        f"init_device_mesh, which under torchrun does not take init_process_group's timeout: gloo's "
+        f"{GLOO_DEFAULT_MINUTES}-minute default unless the group is made with timeout="
+    )

@@ -35,7 +35,7 @@ from ddpfaults import events
 from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.divergence import first_divergence_found
-from ddpfaults.judge.groups import creation_order
+from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.p2p import p2p_finding, split_finding
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
@@ -414,6 +414,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         if proof.formed is not None:  # when the last rank took its stand: the deadlock formed
             stuck = [s.rank for s in proof.stuck]
             timeline.insert(0, events.event("deadlock", t=round(proof.formed, 6), ranks=stuck))
+    if decision.outcome == Outcome.HUNG:
+        waits = {i: observer.watches[i].waiting_in() for i in range(len(observer.watches))}
+        described += subgroup_timeout_note({i: c for i, c in waits.items() if ranks[i].state == RankState.BLOCKED})
     return WorldResult(
         outcome=decision.outcome,
         ranks=ranks,

@@ -43,6 +43,7 @@ def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
     assert "in step 1 rank 3 made all_reduce([4]) [process group mesh_dp of ranks 1, 3]" in result.root_cause
     groups = {g.call.group for g in result.divergence.groups if g.call is not None}
     assert groups == {"2,3"}, result.report()  # the tp pair of ranks 2 and 3 alone is compared
+    assert "in a process group made by new_group or init_device_mesh" in result.reason, result.reason
 
 
 def test_a_rank_making_its_groups_in_another_order_is_named():
@@ -54,6 +55,8 @@ def test_a_rank_making_its_groups_in_another_order_is_named():
     assert "rank 2 created tp before dp" in result.root_cause, result.report()
     assert all(r.where.startswith("in new_group() [") for r in result.ranks), result.report()
     assert result.elapsed < 60, result.report()  # the stall rule, not the timeout
+    assert "ranks 0-3 wait in a process group made by new_group" in result.reason, result.reason
+    assert "gloo's 30-minute default" in result.reason
 
 
 def test_groups_made_in_the_same_order_complete():

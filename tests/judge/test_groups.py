@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ddpfaults.events import group_key, group_label
 from ddpfaults.judge.flight import collectives, group_identities
-from ddpfaults.judge.groups import creation_order
+from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.results import Collective, RankResult, RankState
 from ddpfaults.judge.verdict import first_divergence
 
@@ -126,3 +126,12 @@ def test_groups_made_in_one_order_or_cut_short_are_no_finding():
 
 def test_an_even_split_names_no_one():
     assert creation_order([making(0, *(DP + TP)), making(1, *(TP + DP))]) is None
+
+
+def test_a_hang_in_a_subgroup_notes_glooss_30_minute_default():
+    assert subgroup_timeout_note({0: call(3), 1: None}) == ""  # the default group takes init_process_group's
+    note = subgroup_timeout_note({0: call(3), 2: call(4, "2,3", [2, 3]), 3: call(4, "2,3", [2, 3])})
+    assert note.startswith("; ranks 2, 3 wait in a process group made by new_group or init_device_mesh")
+    assert "gloo's 30-minute default unless the group is made with timeout=" in note
+    making = Collective(5, "new_group", [], "train.py:3 in main", None)
+    assert subgroup_timeout_note({1: making}).startswith("; rank 1 waits in")
