@@ -131,14 +131,19 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
     if ctx is None or getattr(_local, "inside", False):
         return original(*args, **kwargs)
     maker = "user"
+    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
     if skippable:
         maker = _maker(sys._getframe(2))
-        for fault in ctx._active():
-            if effects.skips_collective(ctx, fault, op, maker):
-                ctx.record_fired(fault, f"skipped {op}{_by(maker)}", effect="skipped")
-                return None
-        entering(ctx, op, maker)
-    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
+        # the faults that name a process group read the call's (None: the default group)
+        ctx.call_group = (facts["members"], facts.get("desc")) if "members" in facts else None
+        try:
+            for fault in ctx._active():
+                if effects.skips_collective(ctx, fault, op, maker):
+                    ctx.record_fired(fault, f"skipped {op}{_by(maker)}", effect="skipped")
+                    return None
+            entering(ctx, op, maker)
+        finally:
+            ctx.call_group = None  # DDP's buckets, whose faults act in ctx.ddp's hook, are on the default group
     desc = facts.pop("desc", None)
     peer = facts.get("root")
     toward = "" if peer is None else f"to rank {peer}" if op in SENDS else f"from rank {peer}" if op in RECEIVES else ""
