@@ -142,14 +142,15 @@ def subgroup_barrier(ctx, lone_rank=None, barrier_step=1, steps=5):
                 "expect": ddpfaults.Expect("hung", rank=1, root_cause="rank 1 sent 3 message(s) to rank 2 in step 1"),
             },
         },
-        {n: {"expect": "completed"} for n in (2, 4)},
+        {n: {"expect": COMPLETED} for n in (2, 4)},
     ),
 )
 def pipeline_microbatches(ctx, short_stage=None, microbatches=4, steps=3, width=8):
     """Stage r receives ``microbatches`` activations a step from stage r-1, adds to them and sends them to stage r+1
-    (blocking send/recv); ``short_stage`` forwards one fewer at step 1 (it drops an incomplete last microbatch)."""
+    (blocking send/recv); ``short_stage`` forwards one fewer at step 1 (it drops an incomplete last microbatch).
+    Returns the microbatches the stage handled (the same on every stage when they agree)."""
     rank, size = ctx.rank, dist.get_world_size()
-    out = 0.0
+    handled = 0
     for step in range(steps):
         ctx.step(step)
         forwarded = microbatches - 1 if rank == short_stage and step == 1 else microbatches
@@ -160,8 +161,8 @@ def pipeline_microbatches(ctx, short_stage=None, microbatches=4, steps=3, width=
             x = x + 1
             if rank < size - 1 and m < forwarded:
                 dist.send(x, dst=rank + 1)
-            out += float(x.sum())
-    return out if rank == size - 1 else None
+            handled += 1
+    return handled
 
 
 @ddpfaults.scenario(
@@ -178,14 +179,15 @@ def pipeline_microbatches(ctx, short_stage=None, microbatches=4, steps=3, width=
                 "expect": ddpfaults.Expect("crashed", rank=2, root_cause="rank 2 made send([16]) to rank 3"),
             },
         },
-        {n: {"expect": "completed"} for n in (2, 4)},
+        {n: {"expect": COMPLETED} for n in (2, 4)},
     ),
 )
 def pipeline_size(ctx, wide_stage=None, microbatches=2, steps=2, width=8):
     """Stage r receives activations of ``width`` from stage r-1 and sends them on; ``wide_stage`` sends activations
-    of twice the width (its layer's output, not the next stage's input)."""
+    of twice the width (its layer's output, not the next stage's input). Returns the elements the stage received
+    and sent (the same on every stage when the widths agree)."""
     rank, size = ctx.rank, dist.get_world_size()
-    out = 0.0
+    moved = 0
     for step in range(steps):
         ctx.step(step)
         for m in range(microbatches):
@@ -195,8 +197,8 @@ def pipeline_size(ctx, wide_stage=None, microbatches=2, steps=2, width=8):
             y = torch.cat([x, x]) if rank == wide_stage else x + 1
             if rank < size - 1:
                 dist.send(y, dst=rank + 1)
-            out += float(y.sum())
-    return out if rank == size - 1 else None
+            moved += y.numel()
+    return moved
 
 
 @ddpfaults.scenario(
@@ -210,12 +212,13 @@ def pipeline_size(ctx, wide_stage=None, microbatches=2, steps=2, width=8):
             }
             for n in (2, 4)
         },
-        {n: {"kwargs": {"exchange": True}, "expect": "completed"} for n in (2, 4)},
+        {n: {"kwargs": {"exchange": True}, "expect": COMPLETED} for n in (2, 4)},
     ),
 )
 def moe_splits(ctx, exchange, steps=3, hidden=4):
     """Each step route a seeded random number of tokens to every rank's expert with ``all_to_all_single``;
-    ``exchange``: all_to_all the counts first, so each rank knows how many rows each peer sends it."""
+    ``exchange``: all_to_all the counts first, so each rank knows how many rows each peer sends it. Returns the rows
+    every rank received, all_reduced (the same on every rank)."""
     size = dist.get_world_size()
     generator = torch.Generator().manual_seed(100 * ctx.rank + ctx.seed + 1)
     received = 0
@@ -231,7 +234,9 @@ def moe_splits(ctx, exchange, steps=3, hidden=4):
         rows = torch.empty(int(incoming.sum()), hidden)
         dist.all_to_all_single(rows, tokens, output_split_sizes=incoming.tolist(), input_split_sizes=counts.tolist())
         received += rows.shape[0]
-    return received
+    total = torch.tensor([received])
+    dist.all_reduce(total)
+    return int(total)
 
 
 @ddpfaults.scenario(
@@ -253,8 +258,8 @@ def moe_splits(ctx, exchange, steps=3, hidden=4):
             },
         },
         {
-            2: {"kwargs": {"skip_empty": False}, "faults": [EmptyBatch(rank=1, step=1)], "expect": "completed"},
-            4: {"kwargs": {"skip_empty": False}, "faults": [EmptyBatch(rank=3, step=1)], "expect": "completed"},
+            2: {"kwargs": {"skip_empty": False}, "faults": [EmptyBatch(rank=1, step=1)], "expect": COMPLETED},
+            4: {"kwargs": {"skip_empty": False}, "faults": [EmptyBatch(rank=3, step=1)], "expect": COMPLETED},
         },
     ),
 )
