@@ -21,7 +21,23 @@ KINDS: dict[str, frozenset] = {
         "step": ("step", "clock", "pg_seq"),
         "batch": ("index", "it", "n", "pg_seq"),
         "loader_end": ("it", "yielded"),
-        "enter": ("seq", "op", "shapes", "site", "step", "note", "maker", "batch", "pg_seq", "async", "root", "thread"),
+        "enter": (
+            "seq",
+            "op",
+            "shapes",
+            "site",
+            "step",
+            "note",
+            "maker",
+            "batch",
+            "pg_seq",
+            "async",
+            "root",
+            "thread",
+            "group",
+            "members",
+            "splits",
+        ),
         "exit": ("seq",),
         "ddp_finalize": ("pg_seq", "step", "thread"),
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
@@ -83,6 +99,21 @@ EFFECTS = frozenset(
         "preempted",  # a preemption notice was sent (signal None), or the grace period ran out (signal SIGKILL)
     }
 )
+
+
+def group_key(members, ordinal: int = 0) -> str:
+    """The identity of a process group other than the default one, the same on every rank whatever order the ranks
+    made their groups in (torch names a group by a per-process counter): its member ranks, sorted, and when a rank
+    made more than one group of those members, the group's place among them (``"0,2"``, ``"0,2#1"``)."""
+    key = ",".join(str(r) for r in sorted(members))
+    return f"{key}#{ordinal}" if ordinal else key
+
+
+def group_label(members, desc: str | None = None) -> str:
+    """How a report names a process group: ``process group mesh_tp of ranks 0, 1`` (torch's ``group_desc`` when
+    one was given)."""
+    name = f" {desc}" if desc and desc not in ("undefined", "default_pg") else ""
+    return f"process group{name} of ranks {', '.join(str(r) for r in sorted(members))}"
 
 
 def event(kind: str, **fields) -> dict:

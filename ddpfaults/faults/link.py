@@ -32,15 +32,15 @@ class SlowLink(_LinkFault):
     the timeout ends it: docs/measurements.md.) ``op`` as for ``SkippedCollective``;
     ``delay`` a positive finite number of seconds."""
 
-    def __init__(self, *, rank, step, op=None, delay: float):
-        super().__init__(rank=rank, step=step, op=op)
+    def __init__(self, *, rank, step, op=None, delay: float, group=None):
+        super().__init__(rank=rank, step=step, op=op, group=group)
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 < delay < math.inf:
             raise FaultError(f"SlowLink: delay must be a positive finite number of seconds, got {delay!r}")
         self.delay = float(delay)
 
     def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
         """Sleep ``delay`` seconds before the first matching collective of the step."""
-        if not (self.matches(op, maker) and ctx.once(self)):
+        if not (self.matches_at(ctx, op, maker) and ctx.once(self)):
             return None
         time.sleep(self.delay)
         return f"held {op} back {self.delay:g} s"

@@ -18,14 +18,21 @@ from ddpfaults.faults.base import Fault, _require_rank, _require_step
 
 
 class _OnOp(Fault):
-    """A fault that may name the collective it acts on, ``op`` (None: any; see :func:`check_op`)."""
+    """A fault that may name the collective it acts on, ``op`` (None: any; see :func:`check_op`), and the process
+    group it is made in, ``group`` (None: any; see :func:`check_group`)."""
 
     op: str | None = None
+    group: str | tuple | None = None
 
     def matches(self, op: str, maker: str = "user") -> bool:
         """True if this fault acts on a collective ``op`` made by ``maker`` (its op or its maker's; any
         torch.distributed call without one)."""
         return op_matches(self.op, op, maker)
+
+    def matches_at(self, ctx, op: str, maker: str = "user") -> bool:
+        """:meth:`matches`, and the call is made in this fault's ``group`` (the rank context's ``call_group``: the
+        members and ``group_desc`` of the call's process group, None for the default group)."""
+        return self.matches(op, maker) and group_matches(self.group, getattr(ctx, "call_group", None))
 
     def acts_on_ddp_buckets(self, rank: int) -> bool:
         """An ``op="ddp_bucket"`` fault needs DDP's comm hook on its ranks."""
@@ -35,6 +42,8 @@ class _OnOp(Fault):
         fields = super()._fields()
         if self.op is not None:
             fields["op"] = repr(self.op)
+        if self.group is not None:
+            fields["group"] = repr(list(self.group) if isinstance(self.group, tuple) else self.group)
         return fields
 
 
@@ -60,7 +69,7 @@ class _RankEnder(_OnOp):
 
     def before_collective(self, ctx, op: str, maker: str = "user") -> str | None:
         """End the rank as it enters its first collective ``op`` of the step (recorded first: it does not return)."""
-        if self.op is None or not (self.matches(op, maker) and ctx.once(self)):
+        if self.op is None or not (self.matches_at(ctx, op, maker) and ctx.once(self)):
             return None
         made = f" ({MAKER_LABELS[maker]})" if maker != "user" else ""
         ctx.record_fired(self, f"entering {op}{made}", effect="at_collective", signal=self.kills_with)
@@ -128,11 +137,14 @@ class RankKilled(_RankEnder):
     leaves no Python traceback; the judge reports how it died. ``signal`` must be one whose default action ends a
     process (not SIGCHLD, SIGSTOP, ...)."""
 
-    def __init__(self, *, rank, step, signal: int = signals.SIGKILL, op: str | None = None):
+    def __init__(self, *, rank, step, signal: int = signals.SIGKILL, op: str | None = None, group=None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
         self.op = check_op("RankKilled", op)
+        self.group = check_group("RankKilled", group)
+        if self.group is not None and self.op is None:
+            raise FaultError("RankKilled: group needs op (the collective in that group to kill the rank entering)")
         try:
             if isinstance(signal, bool) or not isinstance(signal, int):
                 raise ValueError(signal)
@@ -211,12 +223,48 @@ COLLECTIVE_OPS = (
     "monitored_barrier",
     "send",
     "recv",
+    "isend",
+    "irecv",
 )
 #: SkippedCollective's ``op`` for the all_reduce of a DDP gradient bucket (made by DDP's reducer, not a call)
 DDP_BUCKET = "ddp_bucket"
 #: the ``op`` of a fault on the collectives a library makes itself (a maker of :data:`ddpfaults.events.MAKERS`):
 #: FSDP2's parameter all-gathers and gradient reduce-scatters, and every collective of Distributed Checkpoint
 LIBRARY_OPS = ("fsdp_all_gather", "fsdp_reduce_scatter", "dcp")
+
+
+def check_group(owner: str, group) -> str | tuple | None:
+    """``group`` as a fault keeps it: None (any process group), a DeviceMesh dimension's name or a group's
+    ``group_desc`` (``"tp"``), or its member ranks (a list of distinct ranks, kept sorted as a tuple); FaultError
+    naming ``owner`` otherwise."""
+    if group is None:
+        return None
+    if isinstance(group, str):
+        if not group.strip():
+            raise FaultError(f"{owner}: group must be a mesh dimension name or a list of ranks, got {group!r}")
+        return group
+    if isinstance(group, (list, tuple)) and group:
+        if all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in group) and len(set(group)) == len(
+            group
+        ):
+            return tuple(sorted(group))
+    raise FaultError(
+        f"{owner}: group must be a mesh dimension name ('tp') or a list of distinct non-negative ranks ([0, 1]), "
+        f"got {group!r}"
+    )
+
+
+def group_matches(group, call_group) -> bool:
+    """True if a fault's ``group`` (:func:`check_group`) names ``call_group``, the ``(members, desc)`` of the call's
+    process group (None: the default group, which only a fault without ``group`` acts in)."""
+    if group is None:
+        return True
+    if call_group is None:
+        return False
+    members, desc = call_group
+    if isinstance(group, str):
+        return desc in (group, f"mesh_{group}")
+    return tuple(sorted(members or ())) == group
 
 
 def check_op(owner: str, op) -> str | None:
@@ -257,11 +305,12 @@ class CollectiveFault(_OnOp):
     torch.distributed call).
     """
 
-    def __init__(self, *, rank, step, op: str | None = None):
+    def __init__(self, *, rank, step, op: str | None = None, group=None):
         super().__init__(rank=rank, step=step)
         _require_rank(self)
         _require_step(self)
         self.op = check_op(type(self).__name__, op)
+        self.group = check_group(type(self).__name__, group)
 
 
 class SkippedCollective(CollectiveFault):
@@ -276,7 +325,7 @@ class SkippedCollective(CollectiveFault):
 
     def skips_collective(self, ctx, op: str, maker: str = "user") -> bool:
         """Skip once per (rank, step): the first matching collective."""
-        return self.matches(op, maker) and ctx.once(self)
+        return self.matches_at(ctx, op, maker) and ctx.once(self)
 
     def unfired_hint(self, calls: list) -> str:
         """The collectives its step had, when none was one it skips: DDP's buckets only (``op='ddp_bucket'`` skips

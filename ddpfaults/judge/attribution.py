@@ -40,12 +40,12 @@ def _by_batch(ranks: list[RankResult]) -> bool:
 
 
 def _unit_calls(rank: RankResult, by_batch: bool) -> dict[int, list[Collective]]:
-    """The rank's collectives of the default group per unit of its loop, every unit it reached included (those in
-    which it made none too); collectives made before its first unit are left out."""
+    """The rank's collectives (of every process group it is in) per unit of its loop, every unit it reached included
+    (those in which it made none too); collectives made before its first unit are left out."""
     units: dict[int, list[Collective]] = collections.defaultdict(list)
     for call in rank.collectives:
         unit = call.batch if by_batch else call.step
-        if unit is not None and call.op not in POINT_TO_POINT and call.group is None:
+        if unit is not None and call.op not in POINT_TO_POINT:
             units[unit].append(call)
     kind = "batch" if by_batch else "step"
     reached = {e[("index" if by_batch else "step")] for e in rank.events if e.get("k") == kind}

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import os
 import pickle
 import re
 
-from ddpfaults.events import MAKER_FRAMES, MAKERS
+from ddpfaults.events import MAKER_FRAMES, MAKERS, group_key, group_label
 from ddpfaults.judge.results import Collective
 
 #: path pieces of frames that are machinery, never the call site a report should name
@@ -92,16 +93,41 @@ def _maker_of(frames: tuple) -> str:
     return "ddpfaults" if any(piece in innermost for piece in _OWN) else "user"
 
 
-def _group(entry: dict) -> str | None:
-    """The entry's process group id, None for the default group."""
+def group_identities(pg_config: dict | None) -> dict:
+    """``{name: (key, members, desc)}`` of a dump's process groups other than the default one: each group's
+    :func:`~ddpfaults.events.group_key` (its sorted members and its place among the rank's groups of the same
+    members, in the order the rank made them: ``pg_config``'s), members and ``group_desc``. torch names groups by a
+    per-process counter, so one group can have another name on each rank; its identity is the same on all."""
+    found, made = {}, {}
+    for name, config in (pg_config or {}).items():
+        if str(name) == "0" or config.get("desc") == "default_pg":
+            continue
+        try:
+            members = sorted(int(r) for r in json.loads(str(config.get("ranks", "[]"))))
+        except (ValueError, TypeError):
+            continue
+        ordinal = made.get(tuple(members), 0)
+        made[tuple(members)] = ordinal + 1
+        found[str(name)] = (group_key(members, ordinal), members, config.get("desc"))
+    return found
+
+
+def _group(entry: dict, identities: dict) -> tuple:
+    """The entry's process group: ``(key, members, desc)``, ``(None, None, None)`` for the default group; a group
+    the dump does not describe is known by its name only (members None)."""
     group = entry.get("process_group") or ("0", "default_pg")
-    return None if str(group[0]) == "0" else str(group[0])
+    if str(group[0]) == "0":
+        return None, None, None
+    return identities.get(str(group[0]), (f"name {group[0]}", None, None))
 
 
-def _note(maker: str, group: str | None) -> str:
+def _note(maker: str, group: tuple) -> str:
     """The label a report shows beside the call: its maker's, and its process group's when not the default."""
     notes = [MAKERS[maker]] if MAKERS[maker] else []
-    return "; ".join(notes + ([f"process group {group}"] if group is not None else []))
+    key, members, desc = group
+    if key is not None:
+        notes.append(group_label(members, desc) if members is not None else f"process group {key}")
+    return "; ".join(notes)
 
 
 def _completed(entry: dict, last_completed: int) -> bool:
@@ -161,6 +187,7 @@ def collectives(
     times = [s[0] for s in steps]
     step_seqs = [s[2] for s in steps] if all(len(s) > 2 and s[2] is not None for s in steps) else None
     batch_seqs = [b[1] for b in batches] if all(b[1] is not None for b in batches) else None
+    identities = group_identities(dump.get("pg_config"))
     found = []
     for i, entry in enumerate(entries, 1):
         created = entry.get("time_created_ns", 0) / 1e9
@@ -173,9 +200,10 @@ def collectives(
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
                 site=_site(entry.get("frames") or []),
                 step=_step_of(entry, created, steps, times, step_seqs),
-                note=_note(maker := _maker(entry), group := _group(entry)),
+                note=_note(maker := _maker(entry), group := _group(entry, identities)),
                 maker=maker,
-                group=group,
+                group=group[0],
+                members=group[1],
                 done=_completed(entry, completed),
                 wall=created,
                 wall_end=completed_ns / 1e9 if (completed_ns := entry.get("time_discovered_completed_ns")) else None,

@@ -35,7 +35,9 @@ from ddpfaults import events
 from ddpfaults.judge import flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.divergence import first_divergence_found
+from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.observer import Observer
+from ddpfaults.judge.p2p import p2p_finding, split_finding
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
@@ -155,7 +157,7 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
         if not w.events:
             return False  # still starting (importing torch, connecting): busy, not yet able to dump its stack
         if (call := w.waiting_in()) is not None:
-            if call.op == "init_process_group" or call.op.startswith("store."):
+            if call.op in ("init_process_group", "new_group") or call.op.startswith("store."):
                 polling.append(i)  # a FileStore wait polls its file: its main thread runs a little, often
             continue
         if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
@@ -299,7 +301,13 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
-    deviation = None if finished else culprits(done, fired)
+    # a rank that made its process groups in another order waits in new_group (or trains on cross-wired)
+    # point-to-point messages are matched pair by pair (judge/p2p.py), never in the collective sequences
+    deviation = (
+        None
+        if finished
+        else (creation_order(ranks) or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired))
+    )
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
     decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
     for rank in ranks:
@@ -318,6 +326,9 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         if proof.formed is not None:  # when the last rank took its stand: the deadlock formed
             stuck = [s.rank for s in proof.stuck]
             timeline.insert(0, events.event("deadlock", t=round(proof.formed, 6), ranks=stuck))
+    if decision.outcome == Outcome.HUNG:
+        waits = {i: observer.watches[i].waiting_in() for i in range(len(observer.watches))}
+        described += subgroup_timeout_note({i: c for i, c in waits.items() if ranks[i].state == RankState.BLOCKED})
     return WorldResult(
         outcome=decision.outcome,
         ranks=ranks,

@@ -12,7 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ddpfaults.judge import deadlock
+from ddpfaults.judge import deadlock, p2p
 from ddpfaults.judge.deadlock import Op, Stand, Standing
 from ddpfaults.judge.verdict import innermost_frame, is_collateral
 from ddpfaults.judge.watch import RankWatch
@@ -66,6 +66,7 @@ class Prover:
         self.untraced: set[int] = set()  # ranks whose wait the confirmation reads from their record and stack
         self.unanswered: set[int] = set()  # ranks whose record, at the last confirmation, had yet to show their wait
         self.stacked: dict[int, tuple] = {}  # per untraced rank: its events and record when its stack was taken
+        self.p2p_seen = None  # the event counts when a point-to-point proof was first found (confirmed on a later look)
 
     def proved(self, now: float) -> bool:
         """True (and ``observer.proof`` set) once a deadlock is proved."""
@@ -75,6 +76,9 @@ class Prover:
         if self.next_try is None or now < self.next_try:
             return False
         standings = self.standings(now)
+        point_to_point = self._p2p_proved(standings, now)
+        if point_to_point is not None:
+            return point_to_point
         untraced = self._untraced(standings, now)
         if untraced is None:
             return False
@@ -104,6 +108,46 @@ class Prover:
         self.observer.collect_stacks([i for i in live if i not in self.untraced])  # the report's stacks
         self.observer.proof = proof
         return True
+
+    def _p2p_proved(self, standings: list[Standing], now: float) -> bool | None:
+        """A point-to-point deadlock (:func:`ddpfaults.judge.p2p.prove_p2p`): True once proved (``observer.proof``
+        set), False while it waits for its confirmation (the same proof on a later look with no event between, and
+        no thread of a waiting rank runnable), None when the ranks do not stand in one."""
+        ends = self._endpoints(standings, now)
+        proof = p2p.prove_p2p(ends) if ends is not None else None
+        if proof is None:
+            self.p2p_seen = None
+            return None
+        if self.p2p_seen != self.seen or _any_threads_runnable(self.observer, [s.rank for s in proof.stuck]):
+            self.p2p_seen = self.seen
+            self.next_try = now + (self.retries.pop(0) if self.retries else PROOF_RETRIES[-1])
+            return False
+        self.observer.collect_stacks(self.observer.live(now))  # the report's stacks
+        self.observer.proof = proof
+        return True
+
+    def _endpoints(self, standings: list[Standing], now: float) -> list[p2p.Endpoint] | None:
+        """Every rank's point-to-point standing: ended (its process open), or its main thread in a blocking send or
+        receive with a known peer; None if any rank stands otherwise."""
+        ends = []
+        for s in standings:
+            w = self.observer.watches[s.rank]
+            sent, received = p2p.begun(w.events)
+            if s.stand == Stand.ENDED:
+                ends.append(p2p.Endpoint(s.rank, ended=s.why, sent=sent, received=received, at=s.at))
+                continue
+            if w.ended or self.observer.dead(s.rank, now) or w.links_dropped:
+                return None
+            call = w.entered[max(w.entered)] if w.entered else None
+            op = call.get("op") if call is not None else None
+            if op not in ("send", "recv") or call.get("async") or "thread" in call or not isinstance(call["root"], int):
+                return None
+            n = (sent if op == "send" else received).get(call["root"], 0)
+            waiting = (op, call["root"], n)
+            ends.append(
+                p2p.Endpoint(s.rank, waiting=waiting, sent=sent, received=received, at=_at(self.observer, call))
+            )
+        return ends
 
     def _progress(self, i: int) -> tuple:
         """How far rank ``i`` is known to have got: its event count and its last flight record's collectives."""

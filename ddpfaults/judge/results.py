@@ -76,7 +76,8 @@ class Collective:
     wall_end: float | None = None  # flight recorder: when it was seen completed (NCCL; gloo records no end)
     batch: int | None = None  # the rank's last DataLoader batch (its n-th, from 0) drawn before the call, if any
     maker: str = "user"  # who made it: one of ddpfaults.events.MAKERS (the user's code, DDP's buckets, FSDP, DCP...)
-    group: str | None = None  # the process group's id when not the default group
+    group: str | None = None  # the process group's identity when not the default group (events.group_key)
+    members: list | None = None  # that group's member ranks (None: the default group, every rank)
 
     def describe(self) -> str:
         """``all_reduce([1]) at criterion.py:42 in loss (step 3)``."""

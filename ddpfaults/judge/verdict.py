@@ -80,19 +80,40 @@ def _absent(rank: RankResult) -> str:
 def first_divergence(ranks: list[RankResult]) -> Divergence | None:
     """Compare the ranks' collective sequences; return the first position where they differ.
 
-    Ranks that raised or died are compared only up to where they stopped: a crash ends
-    a sequence early without being a divergence (its error is the root cause instead). Point-to-point ops
-    (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. A record that
-    torch's ring buffer cut short begins after collective #1 (its first ``seq``): every sequence is compared
-    from the latest first collective any rank's record holds, so records cut at different points still line up.
-    The divergence is numbered by its collectives' ``seq``. The odd ranks are the single smallest group, if there
-    is one (a vote); :func:`ddpfaults.judge.attribution.attribute` weighs what each rank did.
+    Each process group has its own sequence, compared only among the group's members (the default group's among
+    every rank; a subgroup's, known by its :func:`~ddpfaults.events.group_key`, among its ``members``): two tensor
+    parallel pairs of a 2-D mesh each run their own. Ranks that raised or died are compared only up to where they
+    stopped: a crash ends a sequence early without being a divergence (its error is the root cause instead).
+    Point-to-point ops (send/recv) are left out: they pair two ranks, as many on each side as the pattern needs. A
+    record that torch's ring buffer cut short begins after collective #1 (its first ``seq``): every sequence is
+    compared from the latest first collective any rank's record holds, so records cut at different points still
+    line up. The divergence is numbered by its collectives' ``seq``; of several groups' divergences the earliest
+    is returned. The odd ranks are the single smallest group, if there is one (a vote);
+    :func:`ddpfaults.judge.attribution.attribute` weighs what each rank did.
     """
     if len(ranks) < 2:
         return None
-    live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
     start = max((r.collectives[0].seq for r in ranks if r.collectives), default=1)
     calls = {r.rank: [c for c in r.collectives if c.op not in POINT_TO_POINT and c.seq >= start] for r in ranks}
+    members: dict = {None: None}  # group key -> its member ranks (None: every rank)
+    for call in (c for cs in calls.values() for c in cs):
+        if call.group is not None and members.get(call.group) is None:
+            members[call.group] = call.members
+    found = []
+    for key, ranks_in in members.items():
+        those = [r for r in ranks if ranks_in is None or r.rank in ranks_in]
+        divergence = _first_difference(those, {r.rank: [c for c in calls[r.rank] if c.group == key] for r in those})
+        if divergence is not None:
+            found.append(divergence)
+    return min(found, key=lambda d: d.index, default=None)
+
+
+def _first_difference(ranks: list[RankResult], calls: dict) -> Divergence | None:
+    """The first position where the sequences ``calls`` (rank -> its collectives of one group) of ``ranks``
+    differ (:func:`first_divergence`)."""
+    if len(ranks) < 2:
+        return None
+    live = [r for r in ranks if r.state not in (RankState.RAISED, RankState.DIED)]
     longest = max((len(c) for c in calls.values()), default=0)
     for i in range(longest):
         groups: dict = {}
@@ -194,12 +215,17 @@ def root_cause(
     blocked = [r.rank for r in ranks if r.state == RankState.BLOCKED]
     finished = [r.rank for r in ranks if r.state == RankState.FINISHED]
     if blocked:
-        where = ranks[blocked[0]].where or "an untraced wait"
+        wheres: dict[
+            str, list[int]
+        ] = {}  # each place the blocked ranks stand (a send to one peer, a recv from another)
+        for rank in blocked:
+            wheres.setdefault(ranks[rank].where or "an untraced wait", []).append(rank)
+        stand = "; ".join(f"{format_ranks(members)} blocked ({where})" for where, members in wheres.items())
         if not finished:
-            return None, f"{format_ranks(blocked)} blocked ({where}) with no divergent collective recorded"
+            return None, f"{stand} with no divergent collective recorded"
         at_fault = finished if len(finished) < len(blocked) else blocked
         return at_fault[0], (
-            f"{format_ranks(blocked)} blocked ({where}) while {format_ranks(finished)} finished without joining; "
+            f"{stand} while {format_ranks(finished)} finished without joining; "
             f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
         )
     return None, "no failure"

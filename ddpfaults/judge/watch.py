@@ -160,8 +160,10 @@ class RankWatch:
                 event.get("note", ""),
                 batch=event.get("batch"),
                 maker=event.get("maker", "user"),
+                group=event.get("group"),
+                members=event.get("members"),
             )
-            if call.op != "init_process_group" and not call.op.startswith("store."):
+            if call.op not in ("init_process_group", "new_group") and not call.op.startswith("store."):
                 self.collectives.append(call)  # waits that are not collectives are still "open" below
             self.open[call.seq] = call
             self.entered[call.seq] = event

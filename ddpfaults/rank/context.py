@@ -116,6 +116,7 @@ class RankContext:
         attempt: int = 0,
     ):
         self.rank = rank
+        self.call_group = None  # (members, group_desc) of the traced call being made, None on the default group
         self.attempt = attempt  # the run of a restarted world (TORCHELASTIC_RESTART_COUNT): its faults act
         self.spec = spec
         self.world_size = spec.world_size

@@ -75,7 +75,7 @@ def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str =
 
 def _drop_links(ctx, fault: DroppedLink, op: str, maker: str = "user") -> str | None:
     """Shut down the rank's gloo connections and raise :class:`LinkDropped` at the first matching collective."""
-    if not (fault.matches(op, maker) and ctx.once(fault)):
+    if not (fault.matches_at(ctx, op, maker) and ctx.once(fault)):
         return None
     dropped = links.drop_all()
     if not dropped:

@@ -18,7 +18,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults import events
 from ddpfaults.faults.step import COLLECTIVE_OPS
-from ddpfaults.rank import effects, running
+from ddpfaults.rank import effects, running, torch_private
 from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
@@ -34,6 +34,11 @@ def _shapes(args, kwargs) -> list:
             found.append([list(t.shape) for t in value])
     return found
 
+
+#: point-to-point calls that return without waiting (their Work is waited for later, or by batch_isend_irecv)
+ASYNC_POINT_TO_POINT = ("isend", "irecv")
+#: point-to-point calls, whose ``root`` is the peer: a send's destination, a receive's source
+SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
 
 #: the arguments naming a rooted collective's source or destination rank
 _ROOTS = ("src", "dst", "group_src", "group_dst")
@@ -60,14 +65,43 @@ def _call_facts(original, args, kwargs) -> dict:
     except TypeError:
         return facts  # the call raises before making any collective
     arguments = bound.arguments if bound is not None else {}
-    if arguments.get("async_op"):
+    if arguments.get("async_op") or original.__name__ in ASYNC_POINT_TO_POINT:
         facts["async"] = True
+    if arguments.get("input_split_sizes") is not None or arguments.get("output_split_sizes") is not None:
+        try:  # all_to_all_single's rows to each rank, and from each (None: even splits)
+            facts["splits"] = [
+                None if arguments.get(name) is None else [int(n) for n in arguments[name]]
+                for name in ("input_split_sizes", "output_split_sizes")
+            ]
+        except (TypeError, ValueError):
+            pass
     roots = [arguments[name] for name in _ROOTS if arguments.get(name) is not None]
     if roots and isinstance(roots[0], int):
         facts["root"] = roots[0]
     if bound is not None and _is_default(arguments.get("group")):
         facts["pg_seq"] = default_group_seq()
+    elif bound is not None:
+        facts.update(group_facts(arguments.get("group")))
     return facts
+
+
+def group_facts(group) -> dict:
+    """``group``, ``members`` and ``desc`` (torch's ``group_desc``, for the call's note) of a call on a process
+    group other than the default one: the group's identity (:func:`ddpfaults.events.group_key`: its sorted members,
+    and its place among this rank's groups of the same members in the order the rank made them, as the judge reads
+    a flight record's) and its member ranks; {} when torch does not know the group."""
+    try:
+        world = torch_private.groups()
+        members = sorted(world.pg_group_ranks[group])
+        same = [
+            g
+            for g in world.pg_names
+            if g is not world.default_pg and sorted(world.pg_group_ranks.get(g, {})) == members
+        ]
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        return {}
+    ordinal = next((i for i, g in enumerate(same) if g is group), 0)
+    return {"group": events.group_key(members, ordinal), "members": members, "desc": getattr(group, "group_desc", None)}
 
 
 #: the rows of :data:`ddpfaults.events.MAKER_FRAMES` naming a library whose collectives are Python calls the tracing
@@ -97,15 +131,27 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
     if ctx is None or getattr(_local, "inside", False):
         return original(*args, **kwargs)
     maker = "user"
+    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
     if skippable:
         maker = _maker(sys._getframe(2))
-        for fault in ctx._active():
-            if effects.skips_collective(ctx, fault, op, maker):
-                ctx.record_fired(fault, f"skipped {op}{_by(maker)}", effect="skipped")
-                return None
-        entering(ctx, op, maker)
-    facts = _call_facts(original, args, kwargs) if not op.startswith("store.") else {}
-    note = note or events.MAKERS[maker]
+        # the faults that name a process group read the call's (None: the default group)
+        ctx.call_group = (facts["members"], facts.get("desc")) if "members" in facts else None
+        try:
+            for fault in ctx._active():
+                if effects.skips_collective(ctx, fault, op, maker):
+                    ctx.record_fired(fault, f"skipped {op}{_by(maker)}", effect="skipped")
+                    return None
+            entering(ctx, op, maker)
+        finally:
+            ctx.call_group = None  # DDP's buckets, whose faults act in ctx.ddp's hook, are on the default group
+    desc = facts.pop("desc", None)
+    peer = facts.get("root")
+    toward = "" if peer is None else f"to rank {peer}" if op in SENDS else f"from rank {peer}" if op in RECEIVES else ""
+    note = note or "; ".join(
+        n
+        for n in (events.MAKERS[maker], toward, "members" in facts and events.group_label(facts["members"], desc))
+        if n
+    )
     seq = ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts)
     _local.inside = True
     try:
@@ -141,8 +187,45 @@ def _trace_store(name: str, original):
     return traced
 
 
+#: what a rank is in while it makes a process group (``new_group``, a DeviceMesh's dimensions): an ``enter`` event
+#: with the members of the group being made, every rank's in the order it makes them (the judge compares them)
+MAKING_GROUP = "new_group"
+
+
+def _trace_group_making(original):
+    """torch's ``_new_group_with_tag`` (which ``new_group`` and ``init_device_mesh`` call for every group, on every
+    rank, member or not), recorded as a wait named :data:`MAKING_GROUP`: gloo connects a new group's members through
+    the store, so a rank making another group than its peers waits there."""
+
+    @functools.wraps(original)
+    def traced(*args, **kwargs):
+        ctx = running.current()
+        if ctx is None or getattr(_local, "inside", False):
+            return original(*args, **kwargs)
+        signature = _signature(original)
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments if signature is not None else {}
+        except TypeError:
+            return original(*args, **kwargs)
+        ranks = arguments.get("ranks")
+        members = sorted(int(r) for r in ranks) if ranks else list(range(dist.get_world_size()))
+        seq = ctx._enter(MAKING_GROUP, [], call_site(), note=arguments.get("group_desc") or "", members=members)
+        _local.inside = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _local.inside = False
+            ctx._exit(seq)
+
+    traced.__ddpfaults_original__ = original
+    return traced
+
+
 def install_tracing() -> None:
-    """Wrap the torch.distributed collectives and blocking store reads (once per process)."""
+    """Wrap the torch.distributed collectives, group making and blocking store reads (once per process)."""
+    making = getattr(c10d, "_new_group_with_tag", None)
+    if making is not None and not hasattr(making, "__ddpfaults_original__"):
+        c10d._new_group_with_tag = _trace_group_making(making)
     for name in COLLECTIVE_OPS:  # wrapped on both torch.distributed and distributed_c10d
         original = getattr(c10d, name, None)
         if original is None or hasattr(original, "__ddpfaults_original__"):

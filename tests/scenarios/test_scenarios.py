@@ -61,6 +61,8 @@ FIRED = {
     "dcp_torn[fixed]": ["TornDcpWrite(writer=1, step=1) fired on rank 1 at step 1 (tore __1_0.distcp to"],
     "dcp_torn[metadata_naive]": ["fired on rank 0 at step 1 (tore .metadata.tmp to"],
     "dcp_async_save[naive]": ["fired on rank 1 at step 1 (SIGKILLed the writer as dcp.async_save returned"],
+    "mesh_empty_tp[naive_4]": ["EmptyBatch(rank=3, step=1) fired on rank 3 at step 1"],
+    "mesh_empty_tp[fixed_4]": ["EmptyBatch(rank=3, step=1) fired on rank 3 at step 1"],
 }
 
 
@@ -77,6 +79,7 @@ def test_every_field_report_has_a_scenario_module_with_naive_and_fixed_cases():
         "scenario_fsdp.py",
         "scenario_gpu_script.py",
         "scenario_grad_accumulation.py",
+        "scenario_groups.py",
         "scenario_link.py",
         "scenario_metrics.py",
         "scenario_oom.py",

@@ -1,0 +1,273 @@
+"""Point-to-point messages matched pair by pair: each ordered pair of ranks (sender, receiver) has its own sequence
+of sends and receives, which gloo matches in order. Pure functions over the ranks' ``enter`` events of ``send``,
+``recv``, ``isend`` and ``irecv`` (ddpfaults' tracing records each with its peer as ``root``, its shapes and step).
+
+Measured on gloo (torch 2.13): a blocking ``send`` waits for its ``recv`` (a microbatch one stage never sends leaves
+its receiver waiting for ever, and one it sends that is never received leaves the sender waiting); a message larger
+than the receiver's buffer aborts the *receiving* rank (SIGABRT, ``op.preamble.length <= op.nbytes``), a smaller one
+fills it silently. So the rank to name is the one that sent fewer messages than its peer received (or received
+fewer than it was sent), or sent more than the receiver's buffer held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ddpfaults.judge.attribution import Evidence
+from ddpfaults.judge.results import RankResult, RankState
+
+SENDS, RECEIVES = frozenset({"send", "isend"}), frozenset({"recv", "irecv"})
+
+
+@dataclass(frozen=True)
+class Message:
+    """One send or receive a rank made: to or from ``peer``, of ``shapes``, in ``step``, at ``site``."""
+
+    rank: int
+    peer: int
+    op: str
+    shapes: tuple
+    step: int | None
+    site: str
+
+    def size(self) -> int:
+        """Elements in its first tensor (a send and its receive must agree)."""
+        return math.prod(self.shapes[0]) if self.shapes and isinstance(self.shapes[0], list) else 0
+
+    def describe(self) -> str:
+        """``send([16]) to rank 1 at pipe.py:14 in stage (step 1)``."""
+        step = f" (step {self.step})" if self.step is not None else ""
+        way = "to" if self.op in SENDS else "from"
+        shapes = ", ".join(str(s) for s in self.shapes)
+        return f"{self.op}({shapes}) {way} rank {self.peer} at {self.site}{step}"
+
+
+def messages(rank: RankResult) -> tuple[dict, dict]:
+    """The rank's sends by destination and receives by source, each in order: ``({peer: [Message]}, {...})``."""
+    sends: dict[int, list[Message]] = {}
+    receives: dict[int, list[Message]] = {}
+    for e in rank.events:
+        if e.get("k") != "enter" or e.get("op") not in SENDS | RECEIVES or not isinstance(e.get("root"), int):
+            continue
+        message = Message(rank.rank, e["root"], e["op"], tuple(e.get("shapes") or ()), e.get("step"), e.get("site"))
+        (sends if e["op"] in SENDS else receives).setdefault(e["root"], []).append(message)
+    return sends, receives
+
+
+def _count(items: list[Message], step) -> int:
+    return sum(1 for m in items if m.step == step)
+
+
+def p2p_finding(ranks: list[RankResult]) -> Evidence | None:
+    """The rank whose point-to-point messages do not match its peer's, or None.
+
+    First a size mismatch (the n-th message from a sender to a receiver larger or smaller than the receiver's n-th
+    buffer from it: the sender is named); else a count mismatch, at the first step whose counts differ in a pair
+    whose short side can make no more (it ended, or is none of the pairs' waiting sides): the side that made fewer
+    is named, the sender of a message never sent, the receiver of one never received."""
+    traffic = {r.rank: messages(r) for r in ranks}
+    states = {r.rank: r.state for r in ranks}
+    pairs = []
+    for s, (sends, _) in traffic.items():
+        for d in sorted(set(sends) | {d for d, (_, rec) in traffic.items() if s in rec}):
+            if d in traffic:
+                pairs.append((s, d, sends.get(d, []), traffic[d][1].get(s, [])))
+    for s, d, sent, received in pairs:
+        for out, into in zip(sent, received, strict=False):
+            if out.size() != into.size():
+                return Evidence(
+                    (s,),
+                    f"rank {s} made {out.describe()}, which rank {d} received as {into.describe()} (gloo aborts a "
+                    "receiver sent more than its buffer holds, and fills a larger one silently)",
+                )
+    found = []
+    for s, d, sent, received in pairs:
+        if len(sent) == len(received):
+            continue
+        short, other = (s, d) if len(sent) < len(received) else (d, s)
+        steps = sorted({m.step for m in sent + received}, key=lambda x: (x is None, x))
+        step = next((t for t in steps if _count(sent, t) != _count(received, t)), None)
+        ended = states[short] in (RankState.FINISHED, RankState.RAISED, RankState.DIED)
+        found.append((not ended, step is None, step if step is not None else 0, short, s, d, sent, received, step))
+    if not found or (len(found) > 1 and all(f[0] for f in found)):
+        return None  # no short side ended, several pairs short (two ranks each sending first): nothing shows which
+    *_, short, s, d, sent, received, step = min(found, key=lambda f: f[:4])
+    at = f" in step {step}" if step is not None else ""
+    n_sent, n_received = (
+        (_count(sent, step), _count(received, step)) if step is not None else (len(sent), len(received))
+    )
+    if short == s:
+        shows = (
+            f"rank {s} sent {n_sent} message(s) to rank {d}{at}, where rank {d} received {n_received}: rank {d}'s "
+            f"{received[len(sent)].describe()} is never sent"
+        )
+    else:
+        shows = (
+            f"rank {d} received {n_received} message(s) from rank {s}{at}, where rank {s} sent {n_sent}: rank {s}'s "
+            f"{sent[len(received)].describe()} is never received"
+        )
+    return Evidence((short,), shows)
+
+
+def split_finding(ranks: list[RankResult]) -> Evidence | None:
+    """The rank whose ``all_to_all_single`` sent a peer more rows than that peer's call expected from it, or None.
+
+    The ranks' calls are matched in order (the n-th on each rank; ddpfaults' tracing records each call's
+    ``input_split_sizes`` and ``output_split_sizes``); at the first call where a rank's rows to a peer differ from
+    the rows the peer expects from it, the sender is named (a rank gloo aborted first, if one did: the receiver of a
+    message larger than its buffer dies). MoE routing that computes split sizes per rank without exchanging the
+    counts first does this."""
+    calls = {
+        r.rank: [
+            e for e in r.events if e.get("k") == "enter" and e.get("op") == "all_to_all_single" and e.get("splits")
+        ]
+        for r in ranks
+    }
+    died = {r.rank for r in ranks if r.state == RankState.DIED}
+    for i in range(max((len(c) for c in calls.values()), default=0)):
+        at = {rank: c[i] for rank, c in calls.items() if i < len(c)}
+        wrong = []
+        for s, call in at.items():
+            rows_out = call["splits"][0]
+            for d, theirs in at.items():
+                rows_in = theirs["splits"][1]
+                if rows_out is None or rows_in is None or d >= len(rows_out) or s >= len(rows_in):
+                    continue
+                if rows_out[d] != rows_in[s]:
+                    wrong.append((d not in died, rows_out[d] < rows_in[s], s, d, rows_out[d], rows_in[s], call))
+        if wrong:
+            *_, s, d, sent, expected, call = min(wrong, key=lambda w: w[:4])
+            step = f" (step {call.get('step')})" if call.get("step") is not None else ""
+            return Evidence(
+                (s,),
+                f"rank {s}'s all_to_all_single at {call.get('site')}{step} sent rank {d} {sent} row(s) where rank "
+                f"{d} expected {expected} from it (split sizes computed per rank without exchanging the counts first)",
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one rank stands for a point-to-point deadlock proof: ``ended`` (how its function ended: it makes no
+    more messages) or ``waiting``, the blocking ``("send" | "recv", peer, n)`` its main thread is in (its n-th send
+    to, or receive from, that peer); ``sent`` and ``received``: the messages it has begun, by peer (the one it waits
+    in included); ``at``: when it took this stand (seconds since the world's start)."""
+
+    rank: int
+    ended: str = ""
+    waiting: tuple | None = None
+    sent: Mapping[int, int] = field(default_factory=dict)
+    received: Mapping[int, int] = field(default_factory=dict)
+    at: float | None = None
+
+
+@dataclass(frozen=True)
+class P2PStuck:
+    """A rank proved stuck in its ``n``-th ``kind`` (send or recv) with ``peer``: the peer never makes the matching
+    one; ``because`` says why (it ended after making fewer, or is stuck itself)."""
+
+    rank: int
+    kind: str
+    peer: int
+    n: int
+    because: str
+
+
+@dataclass(frozen=True)
+class P2PProof:
+    """A point-to-point deadlock proved: the ranks that ended (and how), the ranks stuck (and why), ``formed``: when
+    the last of them took its stand (seconds since the world's start; None: unknown)."""
+
+    ended: tuple[tuple[int, str], ...]
+    stuck: tuple[P2PStuck, ...]
+    formed: float | None
+
+    def describe(self, before: int = 0) -> str:
+        """One sentence: who ended, who waits in which send or receive, and why its peer never makes the other half
+        (``before``: unused, as messages are counted per pair from the job's start)."""
+        parts = [f"rank {rank} {why}" for rank, why in self.ended]
+        for s in self.stuck:
+            other = "receives" if s.kind == "send" else "sends"
+            way = "to" if s.kind == "send" else "from"
+            parts.append(
+                f"rank {s.rank} waits in its {s.kind} #{s.n} {way} rank {s.peer}, which rank {s.peer} never {other} "
+                f"({s.because})"
+            )
+        return "; ".join(parts)
+
+
+def prove_p2p(ends: list[Endpoint]) -> P2PProof | None:
+    """The proof that no rank waiting in a blocking send or receive can ever leave it, or None.
+
+    gloo matches a pair's messages in order, and a blocking send waits for its receive (measured): a rank in its
+    n-th receive from a peer is stuck if that peer will never begin an n-th send to it (it ended after fewer, or is
+    itself stuck after fewer), and a rank in its n-th send likewise if the peer will never begin an n-th receive. None
+    unless every rank has ended or waits so, at least one waits, and every waiting rank is proved stuck."""
+    waiting = [e for e in ends if e.waiting is not None]
+    if not waiting or any(not e.ended and e.waiting is None for e in ends):
+        return None
+    by_rank = {e.rank: e for e in ends}
+    stuck: dict[int, P2PStuck] = {}
+    changed = True
+    while changed:
+        changed = False
+        for e in waiting:
+            if e.rank in stuck:
+                continue
+            kind, peer, n = e.waiting
+            other = by_rank.get(peer)
+            if other is None:
+                return None
+            made = (other.sent if kind == "recv" else other.received).get(e.rank, 0)
+            noun = "send(s)" if kind == "recv" else "receive(s)"
+            if made >= n:
+                continue  # the peer has begun the matching half (or the pair is out of step: nothing proved)
+            if other.ended:
+                because = f"it {other.ended} after {made} {noun} {'to' if kind == 'recv' else 'from'} rank {e.rank}"
+            elif peer in stuck:
+                theirs = stuck[peer]
+                because = f"it is stuck in its {theirs.kind} #{theirs.n} with rank {theirs.peer}"
+            else:
+                continue
+            stuck[e.rank] = P2PStuck(e.rank, kind, peer, n, because)
+            changed = True
+    left = [e for e in waiting if e.rank not in stuck]
+    cycle = {e.rank: e for e in left if _blocks_on(e, by_rank) in {x.rank for x in left}}
+    if len(cycle) == len(left):
+        # each waits for a peer that itself waits, in another send or receive, for a rank of this set: a cycle
+        for e in left:
+            kind, peer, _ = by_rank[e.waiting[1]].waiting
+            stuck[e.rank] = P2PStuck(
+                e.rank, e.waiting[0], e.waiting[1], e.waiting[2], f"it waits in its own {kind} with rank {peer}"
+            )
+    if any(e.rank not in stuck for e in waiting):
+        return None
+    times = [e.at for e in ends if e.at is not None]
+    return P2PProof(
+        ended=tuple((e.rank, e.ended) for e in ends if e.ended),
+        stuck=tuple(stuck[e.rank] for e in waiting),
+        formed=max(times) if len(times) == len(ends) else None,
+    )
+
+
+def _blocks_on(e: Endpoint, by_rank: dict) -> int | None:
+    """The peer a waiting rank waits for, if that peer has not begun the matching half and is waiting itself."""
+    kind, peer, n = e.waiting
+    other = by_rank.get(peer)
+    if other is None or other.waiting is None:
+        return None
+    made = (other.sent if kind == "recv" else other.received).get(e.rank, 0)
+    return peer if made < n else None
+
+
+def begun(events: list[dict]) -> tuple[dict, dict]:
+    """How many sends to, and receives from, each peer a rank's events show it began: ``({peer: n}, {peer: n})``."""
+    sent: dict[int, int] = {}
+    received: dict[int, int] = {}
+    for e in events:
+        if e.get("k") == "enter" and e.get("op") in SENDS | RECEIVES and isinstance(e.get("root"), int):
+            counts = sent if e["op"] in SENDS else received
+            counts[e["root"]] = counts.get(e["root"], 0) + 1
+    return sent, received

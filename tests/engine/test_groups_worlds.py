@@ -1,0 +1,87 @@
+"""Process groups beyond the default one in real worlds: each group's collectives are compared among its members
+only, so a completed world with subgroups or a 2-D mesh shows no divergence, and a rank that skips a collective of
+its tp group is named in that group."""
+
+import pytest
+
+from ddpfaults import Outcome, run_world
+from groupfns import groups_in_order, mesh_2d, pipeline, subgroups
+
+
+def test_a_completed_2d_mesh_shows_no_divergence():
+    """Two tp pairs and two dp pairs each run their own sequence (judged as 'process group 3 vs 4' before)."""
+    result = run_world(mesh_2d, world_size=4, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+    assert "divergent" not in result.report()
+    calls = result.ranks[3].collectives
+    assert result.ranks[3].recorder == "flight recorder"
+    assert {c.group for c in calls} == {"1,3", "2,3"}, [c.group for c in calls]
+    assert "process group mesh_tp of ranks 2, 3" in calls[0].note
+
+
+@pytest.mark.parametrize("recorder", ["flight recorder", "tracing"])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_completed_subgroups_of_different_shapes_show_no_divergence(world_size, recorder, monkeypatch):
+    """The halves all_reduce tensors of different sizes, and two groups have the same members (the whole world):
+    torch's record and ddpfaults' tracing (the recorder off) know each group by the same identity."""
+    if recorder == "tracing":
+        monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
+    result = run_world(subgroups, world_size=world_size, timeout=120, reuse=False)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+    assert result.ranks[0].recorder == recorder
+    keys = {c.group for c in result.ranks[0].collectives}
+    whole = ",".join(str(r) for r in range(world_size))
+    assert {whole, f"{whole}#1", None} <= keys, keys
+
+
+def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
+    result = run_world(mesh_2d, world_size=4, kwargs={"skip_rank": 3, "skip_step": 1}, stall=1.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 3, result.report()
+    assert "in step 1 rank 3 made all_reduce([4]) [process group mesh_dp of ranks 1, 3]" in result.root_cause
+    groups = {g.call.group for g in result.divergence.groups if g.call is not None}
+    assert groups == {"2,3"}, result.report()  # the tp pair of ranks 2 and 3 alone is compared
+    assert "in a process group made by new_group or init_device_mesh" in result.reason, result.reason
+
+
+def test_a_rank_making_its_groups_in_another_order_is_named():
+    """Measured: every rank waits in new_group (gloo connects a group's members through the store, under another
+    group's name on the swapped rank); before, nothing was judged until the timeout ('untraced wait')."""
+    result = run_world(groups_in_order, world_size=4, kwargs={"swap_rank": 2}, stall=1.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.root_rank == 2, result.report()
+    assert "rank 2 created tp before dp" in result.root_cause, result.report()
+    assert all(r.where.startswith("in new_group() [") for r in result.ranks), result.report()
+    assert result.elapsed < 60, result.report()  # the stall rule, not the timeout
+    assert "ranks 0-3 wait in a process group made by new_group" in result.reason, result.reason
+    assert "gloo's 30-minute default" in result.reason
+
+
+def test_groups_made_in_the_same_order_complete():
+    result = run_world(groups_in_order, world_size=4, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+
+
+@pytest.mark.parametrize("world_size, short", [(2, 0), (4, 1)])
+def test_a_stage_sending_one_microbatch_fewer_is_a_proved_deadlock_naming_it(world_size, short):
+    """gloo's send waits for its recv: the next stage waits for ever in a recv never sent (and the stage after it
+    in its own recv); proved from the ranks' sends and receives, well before the stall window."""
+    result = run_world(pipeline, world_size=world_size, kwargs={"short_stage": short}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert f"rank {short + 1} waits in its recv #6 from rank {short}, which rank {short} never sends" in result.reason
+    assert result.root_rank == short, result.report()
+    assert f"rank {short} sent 2 message(s) to rank {short + 1} in step 1" in result.root_cause, result.report()
+    assert result.ranks[short + 1].where.startswith(f"in recv([8]) [from rank {short}]"), result.report()
+
+
+def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_one():
+    result = run_world(pipeline, world_size=2, kwargs={"both_send_first": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert "rank 0 waits in its send #1 to rank 1, which rank 1 never receives" in result.reason, result.report()
+    assert result.root_rank is None, result.report()
+    assert "rank 0 blocked (in send([8]) [to rank 1]" in result.root_cause
+    assert "rank 1 blocked (in send([8]) [to rank 0]" in result.root_cause

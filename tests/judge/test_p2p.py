@@ -1,0 +1,132 @@
+"""Point-to-point messages matched pair by pair, and all_to_all_single's split sizes matched rank by rank (pure
+functions over hand-built enter events)."""
+
+from __future__ import annotations
+
+from ddpfaults.judge.p2p import Endpoint, begun, p2p_finding, prove_p2p, split_finding
+from ddpfaults.judge.results import RankResult, RankState
+
+
+def enter(op, peer, step, size=8, site="pipe.py:14 in stage"):
+    return {"k": "enter", "op": op, "root": peer, "step": step, "shapes": [[size]], "site": site}
+
+
+def rank(r, events, state=RankState.FINISHED):
+    return RankResult(rank=r, state=state, events=events)
+
+
+def pipeline(short=None, big=None, micro=2, steps=2, world=3):
+    """Stage r receives ``micro`` messages from r-1 and sends them to r+1 each step; ``short`` sends one fewer in
+    step 1, ``big`` sends twice the size."""
+    ranks = []
+    for r in range(world):
+        events = []
+        for step in range(steps):
+            for m in range(micro):
+                if r > 0:
+                    events.append(enter("recv", r - 1, step))
+                if r < world - 1 and not (r == short and step == 1 and m == micro - 1):
+                    events.append(enter("send", r + 1, step, 16 if r == big else 8))
+        ranks.append(rank(r, events))
+    return ranks
+
+
+def test_matching_pipelines_are_no_finding():
+    assert p2p_finding(pipeline()) is None
+
+
+def test_the_stage_that_sent_one_fewer_is_named_not_the_stage_waiting_downstream():
+    """Rank 1 sent one fewer to rank 2, so rank 2 (blocked in its recv) sent one fewer to rank 3 as well."""
+    ranks = pipeline(short=1, world=4)
+    ranks[3].state = ranks[2].state = RankState.BLOCKED
+    found = p2p_finding(ranks)
+    assert found.ranks == (1,)
+    assert found.shows.startswith("rank 1 sent 1 message(s) to rank 2 in step 1, where rank 2 received 2")
+    assert "recv([8]) from rank 1 at pipe.py:14 in stage (step 1) is never sent" in found.shows
+
+
+def test_a_receiver_taking_one_fewer_is_named_when_its_sender_waits_in_send():
+    ranks = pipeline(world=2)
+    ranks[1].events.pop()  # rank 1 never receives the last message; rank 0 waits in its send
+    ranks[0].state = RankState.BLOCKED
+    found = p2p_finding(ranks)
+    assert found.ranks == (1,) and "rank 1 received 1 message(s) from rank 0 in step 1, where rank 0 sent 2" in (
+        found.shows
+    )
+
+
+def test_a_larger_message_than_the_receivers_buffer_names_the_sender():
+    found = p2p_finding(pipeline(big=0, world=2))
+    assert found.ranks == (0,)
+    assert "rank 0 made send([16]) to rank 1" in found.shows and "recv([8]) from rank 0" in found.shows
+
+
+def a2a(r, splits, state=RankState.FINISHED):
+    event = {"k": "enter", "op": "all_to_all_single", "splits": splits, "step": 0, "site": "moe.py:9 in route"}
+    return rank(r, [event], state)
+
+
+def test_split_sizes_the_ranks_agree_on_are_no_finding():
+    assert split_finding([a2a(0, [[1, 3], [1, 2]]), a2a(1, [[2, 0], [3, 0]])]) is None
+
+
+def test_the_sender_of_more_rows_than_the_receiver_expected_is_named():
+    """Rank 0 routes 4 rows to rank 1, which expects 1 (its own count): gloo aborts rank 1."""
+    ranks = [a2a(0, [[0, 4], [0, 1]], RankState.RAISED), a2a(1, [[1, 1], [0, 1]], RankState.DIED)]
+    found = split_finding(ranks)
+    assert found.ranks == (0,)
+    assert "rank 0's all_to_all_single at moe.py:9 in route (step 0) sent rank 1 4 row(s) where rank 1 expected" in (
+        found.shows
+    )
+
+
+def test_a_stage_waiting_for_a_microbatch_its_finished_sender_never_sent_is_proved_stuck():
+    """Four stages; stage 1 finished after 7 sends to stage 2, which waits in its 8th recv; stage 3 waits on stage 2."""
+    ends = [
+        Endpoint(0, ended="finished", sent={1: 8}, at=1.0),
+        Endpoint(1, ended="finished", sent={2: 7}, received={0: 8}, at=1.1),
+        Endpoint(2, waiting=("recv", 1, 8), sent={3: 7}, received={1: 8}, at=1.2),
+        Endpoint(3, waiting=("recv", 2, 8), received={2: 8}, at=1.3),
+    ]
+    proof = prove_p2p(ends)
+    assert [(s.rank, s.peer) for s in proof.stuck] == [(2, 1), (3, 2)]
+    assert proof.formed == 1.3
+    text = proof.describe()
+    assert (
+        "rank 2 waits in its recv #8 from rank 1, which rank 1 never sends (it finished after 7 send(s) to rank 2)"
+        in (text)
+    )
+    assert "rank 3 waits in its recv #8 from rank 2, which rank 2 never sends (it is stuck in its recv #8" in text
+
+
+def test_a_sender_whose_receiver_finished_is_proved_stuck_in_its_send():
+    ends = [Endpoint(0, waiting=("send", 1, 3), sent={1: 3}), Endpoint(1, ended="finished", received={0: 2})]
+    proof = prove_p2p(ends)
+    assert proof.stuck[0].kind == "send" and "it finished after 2 receive(s) from rank 0" in proof.describe()
+
+
+def test_a_send_and_its_receive_in_flight_prove_nothing():
+    """Rank 0 in its 3rd send to rank 1, rank 1 in its 3rd recv from rank 0: they meet."""
+    ends = [Endpoint(0, waiting=("send", 1, 3), sent={1: 3}), Endpoint(1, waiting=("recv", 0, 3), received={0: 3})]
+    assert prove_p2p(ends) is None
+
+
+def test_two_ranks_sending_to_each_other_first_are_a_cycle():
+    """Each waits in a blocking send the other would receive only after its own send: neither can leave."""
+    ends = [Endpoint(0, waiting=("send", 1, 1), sent={1: 1}), Endpoint(1, waiting=("send", 0, 1), sent={0: 1})]
+    proof = prove_p2p(ends)
+    assert [s.rank for s in proof.stuck] == [0, 1]
+    assert (
+        "rank 0 waits in its send #1 to rank 1, which rank 1 never receives (it waits in its own send with rank 0)"
+        in (proof.describe())
+    )
+    ends[1] = Endpoint(1, waiting=("recv", 0, 1), sent={}, received={0: 1})  # rank 1 receives first: they meet
+    assert prove_p2p(ends) is None
+    both = [rank(r, [enter("send", 1 - r, None)], RankState.BLOCKED) for r in (0, 1)]
+    assert p2p_finding(both) is None  # symmetric: neither is named
+
+
+def test_a_rank_standing_elsewhere_proves_nothing():
+    ends = [Endpoint(0, ended="finished", sent={1: 1}), Endpoint(1, waiting=("recv", 0, 2)), Endpoint(2)]
+    assert prove_p2p(ends) is None
+    assert begun([enter("send", 1, 0), enter("isend", 1, 0), enter("recv", 2, 0), {"k": "exit"}]) == ({1: 2}, {2: 1})

@@ -1,0 +1,86 @@
+"""Rank functions with process groups beyond the default one, pickled into ranks by the tests (a 2-D mesh, subgroups
+made in a chosen order)."""
+
+import torch
+import torch.distributed as dist
+
+
+def mesh_2d(ctx, skip_rank=None, skip_step=None, steps=5):
+    """A dp x tp mesh of ``init_device_mesh`` (2 x world/2): each step all_reduces in the rank's tp group, then in
+    its dp group; ``skip_rank`` skips its tp all_reduce at ``skip_step`` (an empty tp batch)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+    t = torch.ones(4)
+    for step in range(steps):
+        ctx.step(step)
+        t = torch.ones(4) * (ctx.rank + step)
+        if not (ctx.rank == skip_rank and step == skip_step):
+            dist.all_reduce(t, group=tp)
+        dist.all_reduce(t, group=dp)
+    return float(t.sum())
+
+
+def subgroups(ctx, steps=3):
+    """Two halves of the world made by ``new_group`` (every rank makes both), and a group of the whole world made
+    twice: each step all_reduces in the rank's half, in both whole-world groups and in the default group."""
+    size = dist.get_world_size()
+    halves = [list(range(size // 2)), list(range(size // 2, size))]
+    made = [dist.new_group(ranks) for ranks in halves]
+    mine = made[0] if ctx.rank in halves[0] else made[1]
+    whole = [dist.new_group(list(range(size))), dist.new_group(list(range(size)))]
+    total = 0.0
+    for step in range(steps):
+        ctx.step(step)
+        for group in (mine, *whole, None):
+            t = torch.ones(2 + ctx.rank // (size // 2)) if group is mine else torch.ones(3)
+            dist.all_reduce(t, group=group)
+            total += float(t.sum())
+    return total
+
+
+def groups_in_order(ctx, swap_rank=None, steps=2):
+    """A dp x tp layout made by ``new_group`` (dp: ranks r and r + world/2; tp: the halves), every rank making every
+    group, dp first; ``swap_rank`` makes tp first. Each step all_reduces in the rank's tp group, then its dp group."""
+    size = dist.get_world_size()
+    half = size // 2
+    layouts = {
+        "dp": [[r, r + half] for r in range(half)],
+        "tp": [list(range(half)), list(range(half, size))],
+    }
+    order = ("tp", "dp") if ctx.rank == swap_rank else ("dp", "tp")
+    mine = {}
+    for dim in order:
+        for ranks in layouts[dim]:
+            group = dist.new_group(ranks, group_desc=dim)
+            if ctx.rank in ranks:
+                mine[dim] = group
+    t = torch.ones(4)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(t, group=mine["tp"])
+        dist.all_reduce(t, group=mine["dp"])
+    return float(t.sum())
+
+
+def pipeline(ctx, short_stage=None, microbatches=3, steps=2, both_send_first=False):
+    """Stage r receives ``microbatches`` activations a step from stage r-1 and sends them to stage r+1 (blocking
+    send/recv); ``short_stage`` forwards one fewer at step 1. ``both_send_first``: two ranks each send to the other
+    before receiving."""
+    rank, size = ctx.rank, dist.get_world_size()
+    if both_send_first:
+        x = torch.ones(8)
+        dist.send(x, dst=1 - rank)
+        dist.recv(x, src=1 - rank)
+        return float(x.sum())
+    for step in range(steps):
+        ctx.step(step)
+        forwarded = microbatches - 1 if rank == short_stage and step == 1 else microbatches
+        for m in range(microbatches):
+            x = torch.full((8,), float(m))
+            if rank > 0:
+                dist.recv(x, src=rank - 1)
+            if rank < size - 1 and m < forwarded:
+                dist.send(x + 1, dst=rank + 1)
+    return rank
