@@ -49,6 +49,11 @@ class TornDcpWrite(Fault):
         """SIGKILL when ``killed``."""
         return "SIGKILL" if self.killed else None
 
+    @property
+    def leaves_torn_file(self) -> bool:
+        """True unless ``killed`` (a writer killed mid-write is named by its death)."""
+        return not self.killed
+
     def wants(self, name: str) -> bool:
         """True if a file of basename ``name`` is the part this fault tears (``.metadata`` is written as a temporary
         file renamed into place)."""

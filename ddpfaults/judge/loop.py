@@ -34,6 +34,7 @@ import time
 from ddpfaults import events
 from ddpfaults.judge import deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
+from ddpfaults.judge.causes import find_cause
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
@@ -389,7 +390,8 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
     deviation = None if finished else culprits(done, fired)
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
-    decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
+    cause = find_cause(ranks, plan)
+    decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation, cause=cause)
     for rank in ranks:
         rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
@@ -416,6 +418,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         spec=spec,
         events=timeline,
         divergence=decision.divergence,
+        cause=decision.cause,
         faults=[repr(f) for f in plan],
         fired=fired,
         unfired=unfired_faults(plan, ranks, fired),

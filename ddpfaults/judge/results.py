@@ -144,6 +144,51 @@ class UnfiredFault:
         return f"{self.fault} never fired (no rank it targets finished its function: they raised, died or stalled)"
 
 
+#: the kinds of :class:`Cause`: every rank failing alike on its own, the scheduler preempting the job, a file one
+#: rank wrote torn that every rank then failed to read
+CAUSE_KINDS = ("common_error", "preemption", "torn_file")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What ended a world when it is no divergence of one rank's collectives, as data (ddpfaults.judge.causes):
+    its ``kind`` (one of :data:`CAUSE_KINDS`), the rank at fault (``culprit``, None when none is), the ranks it
+    concerns and its facts: the exception every rank raised and where (``error``, ``site``, ``step``), the fault
+    that acted (``fault``, its repr, and ``how``, what it did; for a common error, how the ranks' messages
+    differ)."""
+
+    kind: str
+    culprit: int | None = None
+    ranks: tuple = ()
+    error: str = ""
+    site: str = ""
+    step: int | None = None
+    fault: str = ""
+    how: str = ""
+
+    def describe(self) -> str:
+        """The root cause in one sentence."""
+        step = f" at step {self.step}" if self.step is not None else ""
+        if self.kind == "common_error":
+            site = f" at {self.site}" if self.site else ""
+            note = f" ({self.how})" if self.how else ""
+            return (
+                f"every rank raised {self.error}{site}{step}, each on its own{note}: a common cause (the code or "
+                f"the environment), no rank at fault"
+            )
+        if self.kind == "preemption":
+            return (
+                f"the job was preempted{step}: {self.fault} sent the notice to every rank and {self.how}; no rank "
+                f"at fault"
+            )
+        return f"rank {self.culprit} wrote a torn file{step} ({self.fault}: {self.how}); {self.error}"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Cause:
+        """Inverse of ``dataclasses.asdict``."""
+        return cls(**{**data, "ranks": tuple(data.get("ranks", ()))})
+
+
 @dataclass(frozen=True)
 class DivergenceGroup:
     """Ranks that agree at the divergent position: they all made ``call``, or (``call`` None) made none there,
@@ -317,6 +362,7 @@ class WorldResult:
     attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
     resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
     preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
+    cause: Cause | None = None  # what ended the world when no rank's divergence did (ddpfaults.judge.causes)
     # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.resume.read), a
     # restarted world's one such list per attempt (ddpfaults.engine.restarts)
     resume_records: list | None = field(default=None, repr=False, compare=False)
@@ -364,6 +410,7 @@ class WorldResult:
             for f in kwargs.get("unfired", [])
         ]
         kwargs["divergence"] = Divergence.from_dict(kwargs["divergence"]) if kwargs.get("divergence") else None
+        kwargs["cause"] = Cause.from_dict(kwargs["cause"]) if kwargs.get("cause") else None
         return cls(**kwargs)
 
     def report(self, *, output_lines: int = 15) -> str:

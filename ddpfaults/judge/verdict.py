@@ -11,6 +11,7 @@ from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.render import format_ranks
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
+    Cause,
     Collective,
     Divergence,
     DivergenceGroup,
@@ -344,6 +345,7 @@ class Decision:
     root_rank: int | None
     root_cause: str
     divergence: Divergence | None
+    cause: Cause | None = None
 
 
 def decide(
@@ -354,15 +356,19 @@ def decide(
     deadline: float,
     stall: float,
     deviation: Evidence | None = None,
+    cause: Cause | None = None,
 ) -> Decision:
     """The verdict on ``ranks`` (collateral errors marked), their first ``divergence`` and why the judge stopped
     (``reason``), ``deadline`` being the hard timeout and ``stall`` the stall window, in seconds, and ``deviation``
-    the ranks other evidence singles out: the one place the outcome (:func:`world_outcome`) and the root cause
-    (:func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
+    the ranks other evidence singles out, ``cause`` what ended the world if no rank's divergence did
+    (:func:`ddpfaults.judge.causes.find_cause`): the one place the outcome (:func:`world_outcome`) and the root
+    cause (``cause``, else :func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
     outcome = world_outcome(ranks, reason, deadline=deadline, stall=stall)
     if outcome == Outcome.TIMED_OUT:
-        cause = still_starting(ranks) if starting(ranks) else still_running(ranks, deadline)
-        return Decision(outcome, None, cause, None)
+        text = still_starting(ranks) if starting(ranks) else still_running(ranks, deadline)
+        return Decision(outcome, None, text, None)
+    if cause is not None and outcome != Outcome.COMPLETED:
+        return Decision(outcome, cause.culprit, cause.describe(), divergence, cause)
     return Decision(outcome, *root_cause(ranks, divergence, reason, deviation), divergence)
 
 

@@ -1,0 +1,77 @@
+"""Causes that are no one rank's divergence, in real worlds at 2 and 4 ranks, scripts and rank functions alike:
+every rank raising the same error on its own, the scheduler preempting every rank, a DCP file one rank wrote torn
+that every rank fails to load (ddpfaults.judge.causes)."""
+
+import os
+
+import pytest
+
+from causefns import adamw_dcp_round_trip, gpu_call_on_cpu
+from ddpfaults import Outcome, run_script, run_world
+from ddpfaults.faults import Preempt, TornDcpWrite
+from ddpfaults.judge.results import WorldResult
+from rankfns import all_reduce_steps
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+
+
+def _no_culprit(result, kind):
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank is None and result.cause is not None and result.cause.kind == kind, result.report()
+    assert result.cause.ranks == tuple(range(len(result.ranks)))
+    assert WorldResult.from_dict(result.to_dict()).cause == result.cause
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_rank_raising_a_gpu_call_on_its_own_is_a_common_cause(world_size):
+    script = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--steps", "2"], world_size=world_size, timeout=90)
+    _no_culprit(script, "common_error")
+    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:23 in main"), script.report()
+    function = run_world(gpu_call_on_cpu, world_size=world_size, timeout=90)
+    _no_culprit(function, "common_error")
+    assert function.root_cause.startswith(f"every rank raised {CUDA} at causefns.py:13 in gpu_call_on_cpu at step 1")
+
+
+def test_ddp_given_device_ids_on_every_rank_is_one_common_error_whose_messages_differ_in_the_rank():
+    result = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--error", "device_ids"], world_size=2, timeout=90)
+    _no_culprit(result, "common_error")
+    assert "ValueError: DistributedDataParallel device_ids" in result.root_cause
+    assert "the others' differ only in numbers" in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_preemption_of_every_rank_without_a_handler_names_no_rank(world_size):
+    function = run_world(all_reduce_steps, world_size=world_size, faults=[Preempt(step=2)], stall=10, timeout=90)
+    _no_culprit(function, "preemption")
+    every = "ranks 0, 1" if world_size == 2 else "ranks 0-3"
+    assert function.root_cause == (
+        f"the job was preempted at step 2: Preempt(step=2, grace=5) sent the notice to every rank and {every} were "
+        f"ended by it; no rank at fault"
+    ), function.report()
+    script = run_script(
+        os.path.join(SCRIPTS, "plain_train.py"), world_size=world_size, faults=[Preempt(step=1)], stall=10, timeout=90
+    )
+    _no_culprit(script, "preemption")
+    assert script.preemption["notified"] == list(range(world_size)) and script.preemption["handled"] == []
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_torn_adamw_shard_names_its_writer_not_the_first_rank_the_checkpoint_exception_names(world_size, tmp_path):
+    writer = world_size - 1 if world_size == 2 else 2
+    function = run_world(
+        adamw_dcp_round_trip,
+        world_size=world_size,
+        kwargs={"checkpoint_dir": str(tmp_path / "ckpt")},
+        faults=[TornDcpWrite(writer=writer, step=2)],
+        timeout=120,
+    )
+    script = run_script(
+        os.path.join(SCRIPTS, "dcp_adamw.py"), world_size=world_size, faults=[TornDcpWrite(writer=writer, step=3)]
+    )
+    for result, step in ((function, 2), (script, 3)):
+        assert result.outcome == Outcome.CRASHED and result.root_rank == writer, result.report()
+        assert result.cause.kind == "torn_file" and result.cause.ranks == (writer,)
+        assert all("CheckpointException" in r.error for r in result.ranks), result.report()
+        assert result.root_cause.startswith(f"rank {writer} wrote a torn file at step {step} (TornDcpWrite(")
+        assert f"tore __{writer}_0.distcp to" in result.root_cause, result.report()
