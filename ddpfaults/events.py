@@ -26,7 +26,7 @@ KINDS: dict[str, frozenset] = {
         "ddp_finalize": ("pg_seq", "step", "thread"),
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
         "links_dropped": ("count", "step"),
-        "saved": ("step", "file"),
+        "saved": ("step", "file", "took"),
         "log": ("msg", "step"),
         "failed": ("error", "site", "step", "pg_seq", "names"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),
