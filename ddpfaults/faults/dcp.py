@@ -27,6 +27,7 @@ class TornDcpWrite(Fault):
     """
 
     rank_arg = "writer"
+    seam = "dcp"
 
     def __init__(self, *, writer: int = 0, step, part: str = "shard", killed: bool = False):
         if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:
@@ -98,6 +99,7 @@ class AsyncSaveKilled(Fault):
     pointer advanced before the future completed points at nothing loadable."""
 
     rank_arg = "writer"
+    seam = "dcp"
 
     def __init__(self, *, writer: int = 0, step):
         if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:

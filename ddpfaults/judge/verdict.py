@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ddpfaults.judge import seams
 from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.render import format_ranks
 from ddpfaults.judge.results import (
@@ -381,7 +382,8 @@ def mark_collateral(ranks: list[RankResult]) -> None:
 def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
     """The faults of ``plan`` (fault values: their ``ranks``, None for every rank) with no ``fired`` record, each
     with the ranks it targets that finished their function all the same (see :class:`UnfiredFault`) and, if any
-    did, the fault's hint at why from the collectives they made at its steps (:meth:`Fault.unfired_hint`)."""
+    did, the hint at why: the fault's seam, if they never used it (:func:`ddpfaults.judge.seams.unused_hint`), else
+    the fault's own from the collectives they made at its steps (:meth:`Fault.unfired_hint`)."""
     took = {f.index for f in fired}
     finished = [r.rank for r in ranks if RankState(r.state) == RankState.FINISHED]
     unfired = []
@@ -390,5 +392,6 @@ def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
             continue
         targeted = tuple(r for r in finished if fault.ranks is None or r in fault.ranks)
         calls = [c for r in ranks if r.rank in targeted for c in r.collectives if fault.applies(r.rank, c.step)]
-        unfired.append(UnfiredFault(i, repr(fault), targeted, fault.unfired_hint(calls) if targeted else ""))
+        hint = seams.unused_hint(fault.seam, [r for r in ranks if r.rank in targeted]) or fault.unfired_hint(calls)
+        unfired.append(UnfiredFault(i, repr(fault), targeted, hint if targeted else ""))
     return unfired
