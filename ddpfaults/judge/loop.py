@@ -32,7 +32,7 @@ import pickle
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import deadlock, flight
+from ddpfaults.judge import branches, deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.causes import find_cause
 from ddpfaults.judge.divergence import first_divergence_found
@@ -386,9 +386,10 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     fired = [f for w in observer.watches for f in w.fired]
     # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
-    divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
-    deviation = None if finished else culprits(done, fired)
+    inside = {} if finished else branches.find(ranks)  # where each rank's control flow went: rank-only code
+    divergence = attribute(first_divergence_found(ranks, recorded), done, fired, inside)
+    deviation = None if finished else culprits(done, fired, inside)
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
     cause = find_cause(ranks, plan)
     decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation, cause=cause)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from causefns import adamw_dcp_round_trip, gpu_call_on_cpu
+from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only
 from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import Preempt, TornDcpWrite
 from ddpfaults.judge.results import WorldResult
@@ -75,3 +75,25 @@ def test_a_torn_adamw_shard_names_its_writer_not_the_first_rank_the_checkpoint_e
         assert all("CheckpointException" in r.error for r in result.ranks), result.report()
         assert result.root_cause.startswith(f"rank {writer} wrote a torn file at step {step} (TornDcpWrite(")
         assert f"tore __{writer}_0.distcp to" in result.root_cause, result.report()
+
+
+RANK0_ONLY = os.path.join(SCRIPTS, "rank0_only.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("what, outcome", [("evaluate", Outcome.CRASHED), ("barrier", Outcome.HUNG)])
+def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, what, outcome):
+    """One against one nothing else tells the ranks apart: rank 0 stood inside ``if ... is_main_process()`` (an
+    evaluation's all_reduce) or ``if ... rank == 0`` (a callback's barrier) and the root cause shows the frame."""
+    script = run_script(RANK0_ONLY, ["--what", what], world_size=world_size, stall=2, timeout=90)
+    condition, call = {"evaluate": ("is_main_process()", "evaluate(model)"), "barrier": ("rank == 0", "on_step_end(")}[
+        what
+    ]
+    with open(RANK0_ONLY) as f:
+        line = next(n for n, text in enumerate(f, 1) if text.strip().startswith(call))
+    assert script.outcome == outcome and script.root_rank == 0, script.report()
+    assert "rank 0 stood inside a branch on its rank, `if args.what ==" in script.root_cause, script.report()
+    assert f"{condition}` at rank0_only.py:{line} in main" in script.root_cause
+    function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, stall=2, timeout=90)
+    assert function.outcome == outcome and function.root_rank == 0, function.report()
+    assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()

@@ -48,3 +48,22 @@ def adamw_dcp_round_trip(ctx, checkpoint_dir, steps=2):
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=checkpoint_dir)
     set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def rank0_only(ctx, what="barrier", at=2, steps=5):
+    """DDP trains ``steps`` steps; at step ``at`` the main process alone evaluates (``what="evaluate"``: an
+    all_reduce of three metrics its peers never make) or waits in a callback's ``dist.barrier()``
+    (``what="barrier"``), as trainers write code for rank 0."""
+    model = ctx.ddp(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        ctx.step(step)
+        loss = model(torch.randn(8, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step == at and dist.get_rank() == 0:
+            if what == "evaluate":
+                dist.all_reduce(torch.stack([loss.detach(), loss.detach().abs(), loss.detach().sqrt()]))
+            else:
+                dist.barrier()
