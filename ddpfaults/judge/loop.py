@@ -35,6 +35,7 @@ from ddpfaults import events
 from ddpfaults.judge import branches, deadlock, flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.causes import find_cause
+from ddpfaults.judge.desync import cross_step
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
@@ -420,6 +421,7 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         events=timeline,
         divergence=decision.divergence,
         cause=decision.cause,
+        desync=cross_step(done),
         faults=[repr(f) for f in plan],
         fired=fired,
         unfired=unfired_faults(plan, ranks, fired),

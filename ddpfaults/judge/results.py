@@ -144,6 +144,36 @@ class UnfiredFault:
         return f"{self.fault} never fired (no rank it targets finished its function: they raised, died or stalled)"
 
 
+@dataclass(frozen=True)
+class Desync:
+    """Collectives the ranks paired across different steps: matching in everything but their step (a same-size
+    all_reduce of rank 0's step 3 met rank 1's step 4), silently, as gloo checks sizes and not steps. ``index``:
+    the first such collective's number; ``first_step``: its step on the lowest rank; ``steps``: how many of that
+    rank's steps had a collective paired with another step's; ``at``: each rank's step at the first, as
+    ``[rank, step]`` pairs; ``call``: what the lowest rank called there (without its step)."""
+
+    index: int
+    first_step: int
+    steps: int
+    at: tuple
+    call: str
+
+    def describe(self) -> str:
+        """``collectives paired across steps from step 3: collective #9, all_reduce([36]) [DDP gradient bucket], was
+        step 3 on rank 0, step 4 on rank 1; 27 steps ran paired wrong``."""
+        where = ", ".join(f"step {step} on rank {rank}" for rank, step in self.at)
+        plural = "s" if self.steps != 1 else ""
+        return (
+            f"collectives paired across steps from step {self.first_step}: collective #{self.index}, {self.call}, "
+            f"was {where}; {self.steps} step{plural} ran paired wrong"
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Desync:
+        """Inverse of ``dataclasses.asdict``."""
+        return cls(**{**data, "at": tuple(tuple(pair) for pair in data["at"])})
+
+
 #: the kinds of :class:`Cause`: every rank failing alike on its own, the scheduler preempting the job, a file one
 #: rank wrote torn that every rank then failed to read
 CAUSE_KINDS = ("common_error", "preemption", "torn_file")
@@ -363,6 +393,7 @@ class WorldResult:
     resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
     preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
     cause: Cause | None = None  # what ended the world when no rank's divergence did (ddpfaults.judge.causes)
+    desync: Desync | None = None  # collectives paired across different steps (ddpfaults.judge.desync)
     # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.resume.read), a
     # restarted world's one such list per attempt (ddpfaults.engine.restarts)
     resume_records: list | None = field(default=None, repr=False, compare=False)
@@ -411,6 +442,7 @@ class WorldResult:
         ]
         kwargs["divergence"] = Divergence.from_dict(kwargs["divergence"]) if kwargs.get("divergence") else None
         kwargs["cause"] = Cause.from_dict(kwargs["cause"]) if kwargs.get("cause") else None
+        kwargs["desync"] = Desync.from_dict(kwargs["desync"]) if kwargs.get("desync") else None
         return cls(**kwargs)
 
     def report(self, *, output_lines: int = 15) -> str:

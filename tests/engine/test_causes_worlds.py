@@ -1,16 +1,17 @@
-"""Causes that are no one rank's divergence, in real worlds at 2 and 4 ranks, scripts and rank functions alike:
-every rank raising the same error on its own, the scheduler preempting every rank, a DCP file one rank wrote torn
-that every rank fails to load (ddpfaults.judge.causes)."""
+"""Culprits that name the cause, in real worlds at 2 and 4 ranks, scripts and rank functions alike: every rank
+raising the same error on its own, the scheduler preempting every rank, a DCP file one rank wrote torn that every
+rank fails to load (ddpfaults.judge.causes); code on rank 0 only named by the branch rank 0 stood in
+(ddpfaults.judge.branches); collectives paired across steps (ddpfaults.judge.desync)."""
 
 import os
 
 import pytest
 
-from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only
+from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import Preempt, TornDcpWrite
+from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite
 from ddpfaults.judge.results import WorldResult
-from rankfns import all_reduce_steps
+from rankfns import all_reduce_steps, ddp_steps
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
@@ -97,3 +98,36 @@ def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, 
     function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, stall=2, timeout=90)
     assert function.outcome == outcome and function.root_rank == 0, function.report()
     assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()
+
+
+CROSS_STEP = os.path.join(SCRIPTS, "cross_step_train.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size):
+    """Rank 1 skips its gradient all_reduce at step 3 and makes one more at the end: every rank makes as many
+    same-size ones and the world completes, each step from 3 to 6 averaged with the next step's."""
+    script = run_script(CROSS_STEP, ["--skip-rank", "1"], world_size=world_size, timeout=90)
+    function = run_world(skips_then_makes_up, world_size=world_size, timeout=90)
+    for result in (script, function):
+        assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
+        desync = result.desync
+        assert (desync.first_step, desync.steps) == (3, 4), result.report()
+        assert desync.at == tuple((r, 4 if r == 1 else 3) for r in range(world_size))
+        assert desync.describe() in result.report()
+        assert WorldResult.from_dict(result.to_dict()).desync == desync
+    assert run_script(CROSS_STEP, world_size=world_size, timeout=90).desync is None
+
+
+def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang():
+    result = run_world(
+        ddp_steps,
+        world_size=2,
+        kwargs={"wrap": "ctx", "steps": 8},
+        faults=[SkippedCollective(rank=1, step=3, op="ddp_bucket")],
+        stall=2,
+        timeout=90,
+    )
+    assert result.outcome == Outcome.HUNG and result.root_rank == 1, result.report()
+    assert (result.desync.first_step, result.desync.steps, result.desync.at) == (3, 4, ((0, 3), (1, 4)))
+    assert "[DDP gradient bucket]" in result.desync.call

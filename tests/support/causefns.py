@@ -67,3 +67,16 @@ def rank0_only(ctx, what="barrier", at=2, steps=5):
                 dist.all_reduce(torch.stack([loss.detach(), loss.detach().abs(), loss.detach().sqrt()]))
             else:
                 dist.barrier()
+
+
+def skips_then_makes_up(ctx, steps=8, rank=1, skip=3):
+    """An all_reduce of a gradient-sized tensor every step; ``rank`` skips it at step ``skip`` and makes two at the
+    last step: every rank makes as many, same-size ones, and the world completes, each step from ``skip`` on
+    reduced against another step's."""
+    for step in range(steps):
+        ctx.step(step)
+        if not (ctx.rank == rank and step == skip):
+            dist.all_reduce(torch.full((36,), float(step)))
+        if ctx.rank == rank and step == steps - 1:
+            dist.all_reduce(torch.full((36,), float(step)))
+    dist.barrier()
