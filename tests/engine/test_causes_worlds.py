@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, skips_then_makes_up
+import causefns
+from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite
 from ddpfaults.judge.results import WorldResult
@@ -131,3 +132,25 @@ def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang():
     assert result.outcome == Outcome.HUNG and result.root_rank == 1, result.report()
     assert (result.desync.first_step, result.desync.steps, result.desync.at) == (3, 4, ((0, 3), (1, 4)))
     assert "[DDP gradient bucket]" in result.desync.call
+
+
+LIBRARY = "(via lightning/fabric/utilities/distributed.py:"
+
+
+def _line_of(path, text):
+    with open(path) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_collective_made_in_a_library_is_located_at_the_user_s_line_with_the_library_s_beside_it(world_size):
+    script_path = os.path.join(SCRIPTS, "library_reduce.py")
+    script = run_script(script_path, world_size=world_size, timeout=120)
+    assert script.outcome == Outcome.COMPLETED, script.report()
+    line = _line_of(script_path, "_sync_ddp(loss")
+    sites = {c.site for c in script.ranks[0].collectives if c.op in ("barrier", "all_reduce") and c.maker == "user"}
+    assert sites and all(s.startswith(f"library_reduce.py:{line} in main {LIBRARY}") for s in sites), sites
+    hung = run_world(reduce_through_a_library, world_size=world_size, kwargs={"alone": 0}, stall=2, timeout=120)
+    assert hung.outcome == Outcome.HUNG and hung.root_rank == 0, hung.report()
+    line = _line_of(causefns.__file__, "_sync_ddp(torch.ones(3)")
+    assert f"at causefns.py:{line} in reduce_through_a_library {LIBRARY}" in hung.root_cause, hung.report()

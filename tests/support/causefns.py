@@ -80,3 +80,14 @@ def skips_then_makes_up(ctx, steps=8, rank=1, skip=3):
         if ctx.rank == rank and step == steps - 1:
             dist.all_reduce(torch.full((36,), float(step)))
     dist.barrier()
+
+
+def reduce_through_a_library(ctx, steps=3, alone=None):
+    """Each step reduces a metric through an installed library (Lightning's ``_sync_ddp``: a barrier, then an
+    all_reduce); ``alone``: the one rank that does so at step 1 (the others go on to the next step's)."""
+    from lightning.fabric.utilities.distributed import _sync_ddp
+
+    for step in range(steps):
+        ctx.step(step)
+        if alone is None or step != 1 or ctx.rank == alone:
+            _sync_ddp(torch.ones(3), reduce_op="sum")
