@@ -421,7 +421,8 @@ class WorldResult:
         data = {**{k: data[k] for k in head}, **flat, **{k: v for k, v in data.items() if k not in head}}
         data["outcome"] = str(self.outcome)
         data["ranks"] = [r.to_dict() for r in self.ranks]
-        data["divergence"] = json.loads(json.dumps(data["divergence"]))  # tuples as JSON lists
+        for name in ("divergence", "cause", "desync"):
+            data[name] = json.loads(json.dumps(data[name]))  # tuples as JSON lists
         return data
 
     def to_json(self, **kwargs) -> str:
