@@ -12,6 +12,7 @@ use it. docs/report-schema.md describes each kind for readers of the JSON report
 from __future__ import annotations
 
 import json
+import os
 
 #: every event kind and the fields it may carry besides ``k``, ``t`` and ``wall``
 KINDS: dict[str, frozenset] = {
@@ -42,7 +43,7 @@ KINDS: dict[str, frozenset] = {
         "ddp_finalize": ("pg_seq", "step", "thread"),
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
         "links_dropped": ("count", "step"),
-        "saved": ("step", "file"),
+        "saved": ("step", "file", "took"),
         "log": ("msg", "step"),
         "failed": ("error", "site", "step", "pg_seq", "names"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),
@@ -140,3 +141,27 @@ def encode(record: dict) -> str:
 def decode(line: str | bytes) -> dict:
     """One JSON line back into its event."""
     return json.loads(line)
+
+
+#: path pieces of installed libraries' files (accelerate's, Lightning's, transformers'): a collective one of them
+#: makes is located at the user's line that called into it, the library's frame beside it
+LIBRARY_PATHS = ("/site-packages/", "/dist-packages/")
+
+
+def call_site(frames, is_machinery) -> str:
+    """Where a collective was called, from its stack's ``frames`` (``(path, line, function)``, innermost first):
+    ``file:line in func`` of the first frame outside the machinery (``is_machinery(path)``: torch, ddpfaults) and
+    the installed libraries, the user's, with the innermost library frame beside it (``train.py:89 in main (via
+    accelerate/utils/operations.py:355 in gather)``); the library's frame alone if no user frame called it; "?"
+    with neither."""
+    library = None
+    for path, line, name in frames:
+        if is_machinery(path):
+            continue
+        piece = next((p for p in LIBRARY_PATHS if p in path), None)
+        if piece is None:
+            where = f"{os.path.basename(path)}:{line} in {name}"
+            return f"{where} (via {library})" if library else where
+        if library is None:
+            library = f"{path.split(piece, 1)[1]}:{line} in {name}"
+    return library or "?"

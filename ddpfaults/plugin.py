@@ -396,10 +396,14 @@ class _Collector:
         self.config = config
         self.settings = config.stash[SETTINGS]
         self.records: list = []  # (outcome of the test report, world record)
+        self.tests: dict = {}  # node id: its test's outcome as pytest counts it ("failed" if any phase failed)
 
     def pytest_runtest_logreport(self, report):
-        """Keep the worlds a report carries (under xdist: reports from every worker)."""
+        """Keep the worlds a report carries (under xdist: reports from every worker), and each test's outcome."""
         self.records += [(report.outcome, record) for record in getattr(report, "ddpfaults_worlds", None) or []]
+        before = self.tests.get(report.nodeid)
+        if report.failed or before is None or (before != "failed" and report.when == "call"):
+            self.tests[report.nodeid] = report.outcome
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
@@ -412,7 +416,10 @@ class _Collector:
 
         records = [r for _, r in self.records]
         document = build_document(
-            [r["result"] for r in records], [r["nodeid"] for r in records], [r["expectation"] for r in records]
+            [r["result"] for r in records],
+            [r["nodeid"] for r in records],
+            [r["expectation"] for r in records],
+            [self.tests.get(r["nodeid"]) for r in records],
         )
         here = str(self.config.invocation_params.dir)
         if self.settings.report:

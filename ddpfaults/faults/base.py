@@ -88,6 +88,12 @@ class Fault:
     #: goes back to the pool like a fault-free one (see :attr:`Plan.data_only`). Each class
     #: declares it itself: a subclass that does not is not data-only (it may add an effect of its own).
     data_only = False
+    #: True for a fault that leaves behind, where it fires, a file its rank wrote torn that every rank reads later
+    #: (``TornDcpWrite``): a read of it failing on any rank is the writer's doing (ddpfaults.judge.causes)
+    leaves_torn_file = False
+    #: the seam of torch this fault acts through, one of ``ddpfaults.judge.seams.SEAMS`` (None: no one seam): a fault
+    #: that never fired on ranks that never used it says so, naming the seams they did use
+    seam: str | None = None
 
     @property
     def kills_with(self) -> str | None:

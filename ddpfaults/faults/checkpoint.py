@@ -16,6 +16,7 @@ class _CheckpointFault(Fault):
     """A fault on the ``writer`` rank's ``torch.save`` (armed when a step it applies to starts)."""
 
     rank_arg = "writer"
+    seam = "torch_save"
 
     def __init__(self, *, writer: int = 0, step=None):
         if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:

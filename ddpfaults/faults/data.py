@@ -23,6 +23,7 @@ class EmptyBatch(Fault):
     """
 
     data_only = True  # new tensors for the batch, nothing patched or kept
+    seam = "dataloader"
 
     def __init__(self, *, rank, step):
         super().__init__(rank=rank, step=step)
@@ -52,6 +53,7 @@ class SchemaDrift(Fault):
     """
 
     data_only = True  # a rebuilt batch without the key, nothing patched or kept
+    seam = "dataloader"
 
     def __init__(self, *, key: str, rank=None, step=None):
         super().__init__(rank=rank, step=step)
@@ -93,6 +95,7 @@ class DeviceMismatch(Fault):
     """
 
     data_only = False  # it changes how DDP is built (devices, its checks), not data
+    seam = "ddp"
 
     def __init__(self, *, device_type: str = "xla", rank=None, step=None):
         super().__init__(rank=rank, step=step)
@@ -133,6 +136,7 @@ class UnevenInputs(Fault):
     """
 
     data_only = True  # a DataLoader iterator cut short (workers it leaves running are leftover state)
+    seam = "dataloader"
 
     def __init__(self, *, rank, batches: int):
         super().__init__(rank=rank)

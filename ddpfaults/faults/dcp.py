@@ -27,6 +27,7 @@ class TornDcpWrite(Fault):
     """
 
     rank_arg = "writer"
+    seam = "dcp"
 
     def __init__(self, *, writer: int = 0, step, part: str = "shard", killed: bool = False):
         if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:
@@ -48,6 +49,11 @@ class TornDcpWrite(Fault):
     def kills_with(self) -> str | None:
         """SIGKILL when ``killed``."""
         return "SIGKILL" if self.killed else None
+
+    @property
+    def leaves_torn_file(self) -> bool:
+        """True unless ``killed`` (a writer killed mid-write is named by its death)."""
+        return not self.killed
 
     def wants(self, name: str) -> bool:
         """True if a file of basename ``name`` is the part this fault tears (``.metadata`` is written as a temporary
@@ -93,6 +99,7 @@ class AsyncSaveKilled(Fault):
     pointer advanced before the future completed points at nothing loadable."""
 
     rank_arg = "writer"
+    seam = "dcp"
 
     def __init__(self, *, writer: int = 0, step):
         if isinstance(writer, bool) or not isinstance(writer, int) or writer < 0:

@@ -9,7 +9,9 @@ first:
    step), made other collectives than they make in their other units, while every other rank that reached that
    unit made its usual ones (a rank that skipped a step's backward, or reduced one metric more);
 3. **faults**: the only group with ranks a fault of the plan fired on;
-4. **majority**: a single smallest group.
+4. **rank-conditional code**: the ranks standing inside a branch on their own rank (``if rank == 0:``,
+   ``is_main_process()``...: :mod:`ddpfaults.judge.branches`) while the others stand in none;
+5. **majority**: a single smallest group.
 
 With none of these, no rank is named and the divergence says so.
 """
@@ -177,9 +179,27 @@ def loop_exit(ranks: list[RankResult]) -> Evidence | None:
     return None
 
 
-def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) -> Divergence | None:
+def branch_evidence(ranks: list[RankResult], branches: dict | None) -> Evidence | None:
+    """The ranks standing inside a branch on their own rank (evidence 4 of the module docstring; ``branches``:
+    :func:`ddpfaults.judge.branches.find`'s, rank to :class:`~ddpfaults.judge.branches.Branch`) when every other
+    rank stands in none, or None."""
+    inside = sorted(r.rank for r in ranks if (branches or {}).get(r.rank) is not None)
+    if not inside or len(inside) == len(ranks):
+        return None
+    others = [r.rank for r in ranks if r.rank not in inside]
+    return Evidence(
+        tuple(inside),
+        f"{format_ranks(inside)} stood inside a branch on {_possessive(inside)} rank, "
+        f"{branches[inside[0]].describe()}; {format_ranks(others)} in none",
+    )
+
+
+def attribute(
+    divergence: Divergence | None, ranks: list[RankResult], fired=(), branches: dict | None = None
+) -> Divergence | None:
     """``divergence`` with ``odd_ranks`` (and ``basis``) set from the evidence, strongest first (the module
-    docstring); ``odd_ranks`` is empty when nothing shows which ranks diverged. ``fired``: the faults that fired."""
+    docstring); ``odd_ranks`` is empty when nothing shows which ranks diverged. ``fired``: the faults that fired;
+    ``branches``: the branches on their rank the ranks stand inside (:func:`branch_evidence`)."""
     if divergence is None:
         return None
     grouped = [r for g in divergence.groups for r in g.ranks]
@@ -191,7 +211,12 @@ def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) 
             return odd
         return ()
 
-    for found in (loop_exit(ranks), own_pattern(ranks), _faults_on(divergence, fired)):
+    for found in (
+        loop_exit(ranks),
+        own_pattern(ranks),
+        _faults_on(divergence, fired),
+        branch_evidence(ranks, branches),
+    ):
         if odd := whole_groups(found):
             return dataclasses.replace(divergence, odd_ranks=odd, basis=found.shows)
     sizes = sorted(len(g.ranks) for g in divergence.groups)
@@ -201,17 +226,20 @@ def attribute(divergence: Divergence | None, ranks: list[RankResult], fired=()) 
     return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
 
 
-def culprits(ranks: list[RankResult], fired=()) -> Evidence | None:
+def culprits(ranks: list[RankResult], fired=(), branches: dict | None = None) -> Evidence | None:
     """The ranks the evidence singles out where no divergent collective was found (a rank gloo aborted left no
-    record to compare): the first of :func:`loop_exit`, :func:`own_pattern`, and the only ranks a fault fired on
-    (at the latest step any fired, when some ranks but not all)."""
+    record to compare): the first of :func:`loop_exit`, :func:`own_pattern`, the only ranks a fault fired on
+    (at the latest step any fired, when some ranks but not all), and :func:`branch_evidence`."""
     found = loop_exit(ranks) or own_pattern(ranks)
-    if found is not None or not fired:
+    if found is not None:
         return found
-    last = max((f.step for f in fired if f.step is not None), default=None)
-    latest = [f for f in fired if f.step == last]
-    hit = sorted({f.rank for f in latest})
-    return _fired_on(hit, latest) if len(hit) < len(ranks) else None
+    if fired:
+        last = max((f.step for f in fired if f.step is not None), default=None)
+        latest = [f for f in fired if f.step == last]
+        hit = sorted({f.rank for f in latest})
+        if len(hit) < len(ranks):
+            return _fired_on(hit, latest)
+    return branch_evidence(ranks, branches)
 
 
 def _faults_on(divergence: Divergence, fired) -> Evidence | None:

@@ -21,7 +21,7 @@ import os
 import pickle
 import re
 
-from ddpfaults.events import MAKER_FRAMES, MAKERS, group_key, group_label
+from ddpfaults.events import MAKER_FRAMES, MAKERS, call_site, group_key, group_label
 from ddpfaults.judge.results import Collective
 
 #: path pieces of frames that are machinery, never the call site a report should name
@@ -57,11 +57,8 @@ def _is_machinery(path: str) -> bool:
 
 
 def _site(frames: list) -> str:
-    for frame in frames:
-        path = frame.get("filename", "")
-        if not _is_machinery(path):
-            return f"{os.path.basename(path)}:{frame.get('line')} in {frame.get('name')}"
-    return "?"
+    """The call site of a record's stack (:func:`ddpfaults.events.call_site`: the user's line, a library beside)."""
+    return call_site(((f.get("filename", ""), f.get("line"), f.get("name")) for f in frames), _is_machinery)
 
 
 _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')

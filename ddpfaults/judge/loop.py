@@ -32,8 +32,10 @@ import pickle
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import flight
+from ddpfaults.judge import branches, flight
 from ddpfaults.judge.attribution import attribute, culprits
+from ddpfaults.judge.causes import find_cause
+from ddpfaults.judge.desync import cross_step
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.observer import Observer
@@ -299,17 +301,19 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     fired = [f for w in observer.watches for f in w.fired]
     # each rank's fullest record (torch's, else ddpfaults' tracing): what each rank did, for the attribution
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
-    divergence = attribute(first_divergence_found(ranks, recorded), done, fired)
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
+    inside = {} if finished else branches.find(ranks)  # where each rank's control flow went: rank-only code
+    divergence = attribute(first_divergence_found(ranks, recorded), done, fired, inside)
     # a rank that made its process groups in another order waits in new_group (or trains on cross-wired)
     # point-to-point messages are matched pair by pair (judge/p2p.py), never in the collective sequences
     deviation = (
         None
         if finished
-        else (creation_order(ranks) or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired))
+        else (creation_order(ranks) or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired, inside))
     )
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
-    decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation)
+    cause = find_cause(ranks, plan)
+    decision = decide(ranks, divergence, reason, deadline=deadline, stall=spec.stall, deviation=deviation, cause=cause)
     for rank in ranks:
         rank.timed_out = decision.outcome == Outcome.TIMED_OUT
     elapsed = now - observer.t0
@@ -339,6 +343,8 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
         spec=spec,
         events=timeline,
         divergence=decision.divergence,
+        cause=decision.cause,
+        desync=cross_step(done),
         faults=[repr(f) for f in plan],
         fired=fired,
         unfired=unfired_faults(plan, ranks, fired),

@@ -26,7 +26,8 @@ def preemption(result) -> dict | None:
         died_of_notice = died and r.rank not in expired
         if not died_of_notice:
             handled.append(r.rank)
-        if notice is not None and any(e.get("k") == "saved" and e["t"] >= notice for e in events):
+        # a save counts from when it began (its end less ``took``): a periodic one begun before the notice is no answer
+        if notice is not None and any(e.get("k") == "saved" and e["t"] - e.get("took", 0) >= notice for e in events):
             saved.append(r.rank)
     reached = max((r.last_step for r in result.ranks if r.last_step is not None), default=0)
     last = max(saves, default=None)

@@ -98,6 +98,8 @@ def report_parts(world, *, output_lines: int = 15) -> tuple[str, list[tuple[str,
     ]
     if world.divergence:
         out.append(f"first divergent {world.divergence.describe()}")
+    if world.desync:
+        out.append(world.desync.describe())
     if world.preemption:
         out.append(describe_preemption(world.preemption))
     if world.resume:

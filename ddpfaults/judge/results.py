@@ -146,6 +146,81 @@ class UnfiredFault:
 
 
 @dataclass(frozen=True)
+class Desync:
+    """Collectives the ranks paired across different steps: matching in everything but their step (a same-size
+    all_reduce of rank 0's step 3 met rank 1's step 4), silently, as gloo checks sizes and not steps. ``index``:
+    the first such collective's number; ``first_step``: its step on the lowest rank; ``steps``: how many of that
+    rank's steps had a collective paired with another step's; ``at``: each rank's step at the first, as
+    ``[rank, step]`` pairs; ``call``: what the lowest rank called there (without its step)."""
+
+    index: int
+    first_step: int
+    steps: int
+    at: tuple
+    call: str
+
+    def describe(self) -> str:
+        """``collectives paired across steps from step 3: collective #9, all_reduce([36]) [DDP gradient bucket], was
+        step 3 on rank 0, step 4 on rank 1; 27 steps ran paired wrong``."""
+        where = ", ".join(f"step {step} on rank {rank}" for rank, step in self.at)
+        plural = "s" if self.steps != 1 else ""
+        return (
+            f"collectives paired across steps from step {self.first_step}: collective #{self.index}, {self.call}, "
+            f"was {where}; {self.steps} step{plural} ran paired wrong"
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Desync:
+        """Inverse of ``dataclasses.asdict``."""
+        return cls(**{**data, "at": tuple(tuple(pair) for pair in data["at"])})
+
+
+#: the kinds of :class:`Cause`: every rank failing alike on its own, the scheduler preempting the job, a file one
+#: rank wrote torn that every rank then failed to read
+CAUSE_KINDS = ("common_error", "preemption", "torn_file")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What ended a world when it is no divergence of one rank's collectives, as data (ddpfaults.judge.causes):
+    its ``kind`` (one of :data:`CAUSE_KINDS`), the rank at fault (``culprit``, None when none is), the ranks it
+    concerns and its facts: the exception every rank raised and where (``error``, ``site``, ``step``), the fault
+    that acted (``fault``, its repr, and ``how``, what it did; for a common error, how the ranks' messages
+    differ)."""
+
+    kind: str
+    culprit: int | None = None
+    ranks: tuple = ()
+    error: str = ""
+    site: str = ""
+    step: int | None = None
+    fault: str = ""
+    how: str = ""
+
+    def describe(self) -> str:
+        """The root cause in one sentence."""
+        step = f" at step {self.step}" if self.step is not None else ""
+        if self.kind == "common_error":
+            site = f" at {self.site}" if self.site else ""
+            note = f" ({self.how})" if self.how else ""
+            return (
+                f"every rank raised {self.error}{site}{step}, each on its own{note}: a common cause (the code or "
+                f"the environment), no rank at fault"
+            )
+        if self.kind == "preemption":
+            return (
+                f"the job was preempted{step}: {self.fault} sent the notice to every rank and {self.how}; no rank "
+                f"at fault"
+            )
+        return f"rank {self.culprit} wrote a torn file{step} ({self.fault}: {self.how}); {self.error}"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Cause:
+        """Inverse of ``dataclasses.asdict``."""
+        return cls(**{**data, "ranks": tuple(data.get("ranks", ()))})
+
+
+@dataclass(frozen=True)
 class DivergenceGroup:
     """Ranks that agree at the divergent position: they all made ``call``, or (``call`` None) made none there,
     for the reason ``absent`` gives (``finished``, their error, where they stood)."""
@@ -318,6 +393,8 @@ class WorldResult:
     attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
     resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
     preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
+    cause: Cause | None = None  # what ended the world when no rank's divergence did (ddpfaults.judge.causes)
+    desync: Desync | None = None  # collectives paired across different steps (ddpfaults.judge.desync)
     # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.resume.read), a
     # restarted world's one such list per attempt (ddpfaults.engine.restarts)
     resume_records: list | None = field(default=None, repr=False, compare=False)
@@ -362,7 +439,8 @@ class WorldResult:
         data = {**{k: data[k] for k in head}, **flat, **{k: v for k, v in data.items() if k not in head}}
         data["outcome"] = str(self.outcome)
         data["ranks"] = [r.to_dict() for r in self.ranks]
-        data["divergence"] = json.loads(json.dumps(data["divergence"]))  # tuples as JSON lists
+        for name in ("divergence", "cause", "desync"):
+            data[name] = json.loads(json.dumps(data[name]))  # tuples as JSON lists
         return data
 
     def to_json(self, **kwargs) -> str:
@@ -382,6 +460,8 @@ class WorldResult:
             for f in kwargs.get("unfired", [])
         ]
         kwargs["divergence"] = Divergence.from_dict(kwargs["divergence"]) if kwargs.get("divergence") else None
+        kwargs["cause"] = Cause.from_dict(kwargs["cause"]) if kwargs.get("cause") else None
+        kwargs["desync"] = Desync.from_dict(kwargs["desync"]) if kwargs.get("desync") else None
         return cls(**kwargs)
 
     def report(self, *, output_lines: int = 15) -> str:

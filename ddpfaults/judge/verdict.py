@@ -7,10 +7,12 @@ import math
 import re
 from dataclasses import dataclass
 
+from ddpfaults.judge import seams
 from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.render import format_ranks
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
+    Cause,
     Collective,
     Divergence,
     DivergenceGroup,
@@ -370,6 +372,7 @@ class Decision:
     root_rank: int | None
     root_cause: str
     divergence: Divergence | None
+    cause: Cause | None = None
 
 
 def decide(
@@ -380,15 +383,19 @@ def decide(
     deadline: float,
     stall: float,
     deviation: Evidence | None = None,
+    cause: Cause | None = None,
 ) -> Decision:
     """The verdict on ``ranks`` (collateral errors marked), their first ``divergence`` and why the judge stopped
     (``reason``), ``deadline`` being the hard timeout and ``stall`` the stall window, in seconds, and ``deviation``
-    the ranks other evidence singles out: the one place the outcome (:func:`world_outcome`) and the root cause
-    (:func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
+    the ranks other evidence singles out, ``cause`` what ended the world if no rank's divergence did
+    (:func:`ddpfaults.judge.causes.find_cause`): the one place the outcome (:func:`world_outcome`) and the root
+    cause (``cause``, else :func:`root_cause`, or :func:`still_running` for a world that timed out) are decided."""
     outcome = world_outcome(ranks, reason, deadline=deadline, stall=stall)
     if outcome == Outcome.TIMED_OUT:
-        cause = still_starting(ranks) if starting(ranks) else still_running(ranks, deadline)
-        return Decision(outcome, None, cause, None)
+        text = still_starting(ranks) if starting(ranks) else still_running(ranks, deadline)
+        return Decision(outcome, None, text, None)
+    if cause is not None and outcome != Outcome.COMPLETED:
+        return Decision(outcome, cause.culprit, cause.describe(), divergence, cause)
     return Decision(outcome, *root_cause(ranks, divergence, reason, deviation), divergence)
 
 
@@ -401,7 +408,8 @@ def mark_collateral(ranks: list[RankResult]) -> None:
 def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
     """The faults of ``plan`` (fault values: their ``ranks``, None for every rank) with no ``fired`` record, each
     with the ranks it targets that finished their function all the same (see :class:`UnfiredFault`) and, if any
-    did, the fault's hint at why from the collectives they made at its steps (:meth:`Fault.unfired_hint`)."""
+    did, the hint at why: the fault's seam, if they never used it (:func:`ddpfaults.judge.seams.unused_hint`), else
+    the fault's own from the collectives they made at its steps (:meth:`Fault.unfired_hint`)."""
     took = {f.index for f in fired}
     finished = [r.rank for r in ranks if RankState(r.state) == RankState.FINISHED]
     unfired = []
@@ -410,5 +418,6 @@ def unfired_faults(plan, ranks: list[RankResult], fired) -> list[UnfiredFault]:
             continue
         targeted = tuple(r for r in finished if fault.ranks is None or r in fault.ranks)
         calls = [c for r in ranks if r.rank in targeted for c in r.collectives if fault.applies(r.rank, c.step)]
-        unfired.append(UnfiredFault(i, repr(fault), targeted, fault.unfired_hint(calls) if targeted else ""))
+        hint = seams.unused_hint(fault.seam, [r for r in ranks if r.rank in targeted]) or fault.unfired_hint(calls)
+        unfired.append(UnfiredFault(i, repr(fault), targeted, hint if targeted else ""))
     return unfired

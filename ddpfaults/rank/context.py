@@ -83,14 +83,13 @@ def default_group_seq() -> int | None:
 
 
 def call_site() -> str:
-    """``file:line in func`` of the innermost frame outside torch and ddpfaults (called from a traced wrapper)."""
-    frame = sys._getframe(2)
+    """``file:line in func`` of the user's frame that made the call, with a library's beside it
+    (:func:`ddpfaults.events.call_site`; called from a traced wrapper)."""
+    frames, frame = [], sys._getframe(2)
     while frame is not None:
-        path = frame.f_code.co_filename
-        if not is_machinery(path):
-            return f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
-    return "?"
+    return events.call_site(frames, is_machinery)
 
 
 class RankContext:

@@ -16,6 +16,7 @@ import os
 import posixpath
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
@@ -41,12 +42,13 @@ def install() -> None:
 
 
 _SAVER = "torch.distributed.checkpoint.state_dict_saver"
-_saved: Callable | None = None  # what a completed save calls: saved(ctx, step, checkpoint)
+_saved: Callable | None = None  # what a completed save calls: saved(ctx, step, checkpoint, began)
 
 
 def track_saves(saved: Callable) -> None:
-    """Make ``dcp.save`` and ``dcp.async_save`` call ``saved(ctx, step, checkpoint)`` when a save of the running job
-    completes (``step``: the job's step when it began; ``checkpoint``: its directory's name, or None), and act for
+    """Make ``dcp.save`` and ``dcp.async_save`` call ``saved(ctx, step, checkpoint, began)`` when a save of the running
+    job completes (``step``: the job's step when it began; ``checkpoint``: its directory's name, or None; ``began``:
+    when it began, ``time.monotonic()``), and act for
     ``AsyncSaveKilled``. Once per process: now if DCP is imported, else as it is (so that ``from
     torch.distributed.checkpoint import save`` binds the wrapped function too)."""
     global _saved
@@ -82,10 +84,10 @@ def _save(original):
         ctx = running.current()
         if sys._getframe(1).f_globals.get("__name__", "").startswith("torch.distributed.checkpoint."):
             ctx = None  # DCP's own call (an async_save's upload thread): reported when the upload's future is done
-        step = ctx.current_step if ctx is not None else None
+        step, began = (ctx.current_step if ctx is not None else None), time.monotonic()
         done = original(*args, **kwargs)
         if ctx is not None and running.current() is ctx:
-            _saved(ctx, step, _checkpoint_name(args, kwargs))
+            _saved(ctx, step, _checkpoint_name(args, kwargs), began)
         return done
 
     return save
@@ -195,6 +197,7 @@ def _listdir(original):
 def _async_save(original):
     @functools.wraps(original)
     def async_save(*args, **kwargs):
+        began = time.monotonic()
         future = original(*args, **kwargs)
         upload = getattr(future, "upload_completion", future)  # a Future, or an AsyncSaveResponse holding one
         ctx = running.current()
@@ -203,7 +206,7 @@ def _async_save(original):
 
             def uploaded(done):
                 if running.current() is ctx and not done.cancelled() and done.exception() is None:
-                    _saved(ctx, step, name)
+                    _saved(ctx, step, name, began)
 
             upload.add_done_callback(uploaded)
         ctx, fault = _applying(AsyncSaveKilled)

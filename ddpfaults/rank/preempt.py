@@ -7,16 +7,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import torch
 
 from ddpfaults.rank import dcp, running
 
 
-def _saved(ctx, step, file) -> None:
+def _saved(ctx, step, file, began: float) -> None:
     """Record a completed save of the running job (``step``: its step when the save began; ``file``: the file's or
-    the checkpoint directory's name)."""
-    ctx._events.emit("saved", step=step, file=file)
+    the checkpoint directory's name; ``began``: when it began, on the monotonic clock: the event's ``took`` is how
+    long before its end, so that a save begun before a preemption notice is not taken for one made after it)."""
+    ctx._events.emit("saved", step=step, file=file, took=round(time.monotonic() - began, 6))
 
 
 def track_saves() -> None:
@@ -29,10 +31,11 @@ def track_saves() -> None:
 
     def save(obj, f, *args, **kwargs):
         """torch.save, then a ``saved`` event (a save to a path only: a buffer is no checkpoint)."""
+        began = time.monotonic()
         done = original(obj, f, *args, **kwargs)
         ctx = running.current()
         if ctx is not None and isinstance(f, (str, os.PathLike)):
-            _saved(ctx, ctx.current_step, os.path.basename(os.fspath(f)))
+            _saved(ctx, ctx.current_step, os.path.basename(os.fspath(f)), began)
         return done
 
     save.__ddpfaults_saves__ = True

@@ -28,25 +28,30 @@ SCHEMA = "ddpfaults.report/3"
 READS = ("ddpfaults.report/2", SCHEMA)
 
 
-def build_document(worlds, nodeids=None, expectations=None) -> dict:
+def build_document(worlds, nodeids=None, expectations=None, tests=None) -> dict:
     """The report document for ``worlds`` (WorldResult objects or their ``to_dict()`` dicts).
 
     ``nodeids``, if given, is a list parallel to ``worlds`` of pytest node ids (or None); a
     world whose node id is None gets no ``"nodeid"`` key. ``expectations``, likewise parallel, holds
     each world's :class:`~ddpfaults.expect.Expectation` (or its ``to_dict()``), or None for a world run
-    without one; a world dict that already has an ``"expectation"`` keeps it unless one is given here.
+    without one; a world dict that already has an ``"expectation"`` keeps it unless one is given here. ``tests``,
+    likewise parallel, holds the pytest outcome of the test that ran each world (``"passed"``, ``"failed"``,
+    ``"skipped"``; None: run outside pytest), kept as its ``"test"``.
     """
     worlds = list(worlds)
     nodeids = [None] * len(worlds) if nodeids is None else list(nodeids)
     expectations = [None] * len(worlds) if expectations is None else list(expectations)
-    for name, given in (("nodeids", nodeids), ("expectations", expectations)):
+    tests = [None] * len(worlds) if tests is None else list(tests)
+    for name, given in (("nodeids", nodeids), ("expectations", expectations), ("tests", tests)):
         if len(given) != len(worlds):
             raise ReportFileError(f"{name} has {len(given)} entries for {len(worlds)} worlds")
     entries = []
-    for world, nodeid, expectation in zip(worlds, nodeids, expectations, strict=True):
+    for world, nodeid, expectation, test in zip(worlds, nodeids, expectations, tests, strict=True):
         entry = world.to_dict() if isinstance(world, WorldResult) else dict(world)
         if nodeid is not None:
             entry["nodeid"] = str(nodeid)
+        if test is not None:
+            entry["test"] = str(test)
         if expectation is not None:
             entry["expectation"] = expectation.to_dict() if isinstance(expectation, Expectation) else expectation
         entry.setdefault("expectation", None)
@@ -137,9 +142,12 @@ def check_document(document, *, source: str | None = None) -> None:
 
 
 def world_status(world: dict) -> str:
-    """``"failed"`` (the world's expectation did not hold), ``"passed"`` (it held) or ``"unchecked"`` (the world
-    had no expectation: its verdict alone is neither a pass nor a failure)."""
+    """``"failed"`` (the world's expectation did not hold, or the pytest test that ran it failed: a plain
+    ``assert`` on it, as pytest counts it), ``"passed"`` (it held) or ``"unchecked"`` (the world had no expectation
+    and no test that failed: its verdict alone is neither a pass nor a failure)."""
     expectation = world.get("expectation")
+    if world.get("test") == "failed":
+        return "failed"
     if expectation is None:
         return "unchecked"
     return "passed" if expectation.get("held") else "failed"
@@ -193,6 +201,7 @@ class TimelineCall:
     site: str | None
     step: int | None
     note: str
+    maker: str = "user"  # who made it (ddpfaults.events.MAKERS): the page colours DDP's, FSDP's, DTensor's and DCP's
 
     def record(self) -> dict:
         """The call as a collective dict (``op``, ``shapes``, ``site``, ``step``, ``note``)."""
@@ -267,4 +276,5 @@ def _call(fields: dict, *, t0: float, left: bool, number, seq=None, source="trac
         site=fields.get("site"),
         step=fields.get("step"),
         note=fields.get("note") or "",
+        maker=fields.get("maker") or "user",
     )

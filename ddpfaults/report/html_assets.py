@@ -2,14 +2,15 @@
 
 _LEGEND = """<div class=legend><b>legend</b>
 <span><i class='sw step s0'></i>step</span><span><i class='sw coll'></i>collective</span>
-<span><i class='sw coll ddp'></i>DDP gradient bucket</span><span><i class='sw coll open'></i>entered, never left</span>
+<span><i class='sw coll ddp'></i>DDP gradient bucket</span><span><i class='sw coll fsdp'></i>FSDP all-gather / reduce-scatter</span>
+<span><i class='sw coll lib'></i>DTensor / DCP</span><span><i class='sw coll open'></i>entered, never left</span>
 <span><i class='sw coll ddp noend'></i>seen by the flight recorder only: issued, end not recorded</span>
 <span><i class='sw coll divergence'></i>first divergent collective</span><span><i class='sw mkfault'></i>fault fired</span>
 <span><b class=x>✕</b>error / death</span><span><i class='sw killed'></i>killed</span><span><i class='sw stall'></i>stall window</span>
 <span><i class='sw hang'></i>hang point</span><span><i class='sw verdictsw'></i>verdict</span><span>★ root cause</span></div>"""
 
 _CSS = """
-:root{--ok:#1a7f37;--hung:#bc4c00;--late:#6639ba;--crash:#cf222e;--ink:#1f2328;--mut:#656d76;--line:#d0d7de;--coll:#3b6fd4;--ddp:#8250df;--div:#e000a0;
+:root{--ok:#1a7f37;--hung:#bc4c00;--late:#6639ba;--crash:#cf222e;--ink:#1f2328;--mut:#656d76;--line:#d0d7de;--coll:#3b6fd4;--ddp:#8250df;--fsdp:#0f8a7e;--lib:#9a6700;--div:#e000a0;
 --label:96px;--status:300px;--lane:22px}
 *{box-sizing:border-box}
 body{margin:0;padding:14px 18px;font:13px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:var(--ink);background:#fff}
@@ -76,11 +77,11 @@ dd.f-differed{color:var(--crash);font-weight:600}dd.f-expected{font-weight:600}
 .it.step.s1{background:#dfe5ee}
 .it.coll{top:3px;bottom:3px;background:var(--coll);color:#fff;border-radius:2px;padding-left:2px;font-size:10px;line-height:calc(var(--lane) - 7px);z-index:2;opacity:.9}
 .tl.compact .it.coll{top:2px;bottom:2px;font-size:8.5px;line-height:calc(var(--lane) - 5px)}
-.it.coll.init{background:#8c959f}.it.coll.ddp{background:var(--ddp)}
+.it.coll.init{background:#8c959f}.it.coll.ddp{background:var(--ddp)}.it.coll.fsdp{background:var(--fsdp)}.it.coll.lib{background:var(--lib)}
 .it.coll.noend{min-width:5px;border-radius:1px;font-size:0}.it.coll.fr{box-shadow:inset 0 0 0 1px #ffffff80}
 .it.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 5px,#ff8182 5px 10px);color:#fff;font-weight:600}
 .it.coll.divergence{outline:2px solid var(--div);outline-offset:1px;box-shadow:0 0 0 4px #e000a040;z-index:3;opacity:1}
-.sw.coll.noend{width:5px}.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
+.sw.coll.noend{width:5px}.sw.coll{background:var(--coll)}.sw.coll.ddp{background:var(--ddp)}.sw.coll.fsdp{background:var(--fsdp)}.sw.coll.lib{background:var(--lib)}.sw.coll.open{background:repeating-linear-gradient(135deg,#cf222e 0 4px,#ff8182 4px 8px)}
 .sw.coll.divergence{outline:2px solid var(--div);outline-offset:1px}.sw.step{background:#e7ecf3;border-left:1px solid #9aa6b2}
 .mk{position:absolute;left:var(--cl);z-index:5;transform:translateX(-50%)}.tl.linear .mk,.tl.linear .err{left:var(--ll)}
 .mk.fault{top:calc(50% - 5px);width:10px;height:10px;background:#f08c00;border:1px solid #fff;transform:translateX(-50%) rotate(45deg)}

@@ -203,6 +203,16 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
     return parts
 
 
+def _maker_class(call) -> str:
+    """The colour class of a call by who made it: DDP's (`` ddp``), FSDP's (`` fsdp``), DTensor's or DCP's
+    (`` lib``), the code's own (``""``); a document written before calls named their maker: DDP's by its note."""
+    if call.maker.startswith("ddp") or (call.maker == "user" and call.note.startswith("DDP")):
+        return " ddp"
+    if call.maker.startswith("fsdp"):
+        return " fsdp"
+    return " lib" if call.maker in ("dtensor", "dcp") else ""
+
+
 def _collectives(r: dict, times: RankTimes, scale: Scale, divergence, calls) -> list[str]:
     """One block per call of :func:`~ddpfaults.report.document.timeline_calls`: entered → left; never left: to
     the rank's death, else to the verdict; a flight-recorder call whose end is not recorded: a thin block at the
@@ -211,7 +221,7 @@ def _collectives(r: dict, times: RankTimes, scale: Scale, divergence, calls) -> 
     for call in calls:
         init = call.op == "init_process_group"
         recorded = call.source == "flight recorder"
-        cls = "it coll" + (" init" if init else "") + (" ddp" if call.note else "") + (" fr" if recorded else "")
+        cls = "it coll" + (" init" if init else "") + _maker_class(call) + (" fr" if recorded else "")
         what = call_text({**call.record(), "done": True}) + (" — from the flight recorder" if recorded else "")
         began = f"{'issued' if recorded else 'entered'} {call.t0:.3f} s"
         t1 = call.t1

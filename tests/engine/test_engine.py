@@ -119,11 +119,13 @@ def test_collective_size_mismatch_reports_the_aborted_rank():
 
 
 def test_unpicklable_return_value_is_a_crash_naming_it():
+    """Every rank returned a generator: each raised the same error, a common cause with no rank at fault."""
     result = run_world(rankfns.returns_unpicklable, world_size=2)
-    assert result.outcome == Outcome.CRASHED
-    root = result.ranks[result.root_rank]
-    assert root.error.startswith(f"UnpicklableReturnValue: rank {root.rank}: the function returned generator")
-    assert "raised UnpicklableReturnValue" in result.root_cause
+    assert result.outcome == Outcome.CRASHED and result.root_rank is None, result.report()
+    for root in result.ranks:
+        assert root.error.startswith(f"UnpicklableReturnValue: rank {root.rank}: the function returned generator")
+    assert result.root_cause.startswith("every rank raised UnpicklableReturnValue")
+    assert result.cause.kind == "common_error"
 
 
 def test_error_at_import_in_the_rank_is_a_crash_with_its_traceback(tmp_path, monkeypatch):

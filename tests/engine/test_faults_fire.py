@@ -53,10 +53,14 @@ def test_require_faults_fire_false_returns_the_result_with_its_unfired_faults():
     plan = [EmptyBatch(rank=0, step=1), RankCrash(rank=1, step=9)]
     result = run_world(rankfns.all_reduce_steps, world_size=2, faults=plan, require_faults_fire=False)
     assert result.outcome == Outcome.COMPLETED
-    assert result.unfired == [UnfiredFault(0, repr(plan[0]), (0,)), UnfiredFault(1, repr(plan[1]), (1,))]
+    no_loader = (  # the function draws no DataLoader batch: the hint names the seams it used
+        "it acts through batches drawn from a DataLoader, which the ranks it targets never used (the seams they "
+        "used: collectives of its own, ctx.step)"
+    )
+    assert result.unfired == [UnfiredFault(0, repr(plan[0]), (0,), no_loader), UnfiredFault(1, repr(plan[1]), (1,))]
     data = json.loads(result.to_json())
     assert data["unfired"] == [
-        {"index": 0, "fault": repr(plan[0]), "finished": [0], "hint": ""},
+        {"index": 0, "fault": repr(plan[0]), "finished": [0], "hint": no_loader},
         {"index": 1, "fault": repr(plan[1]), "finished": [1], "hint": ""},
     ]
     assert WorldResult.from_dict(data).unfired == result.unfired

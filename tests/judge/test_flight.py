@@ -116,3 +116,24 @@ def test_a_record_cut_by_the_ring_buffer_keeps_the_jobs_collective_numbers():
     }
     assert [c.seq for c in collectives(dump, since_wall=None, steps=[], fresh=True)] == [4137, 4138]
     assert [c.seq for c in collectives(dump, since_wall=None, steps=[], fresh=False)] == [1, 2]
+
+
+def test_a_call_site_is_the_user_s_line_with_the_library_s_frame_beside_it():
+    """events.call_site, the one rule the rank's tracing and the flight record's reader share."""
+    from ddpfaults.events import call_site
+
+    def machinery(path):
+        return "/torch/" in path or path.startswith("<")
+
+    lib = "/venv/lib/python3.11/site-packages/accelerate/utils/operations.py"
+    frames = [
+        ("/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce"),
+        (lib, 355, "_gpu_gather"),
+        ("/venv/lib/python3.11/site-packages/accelerate/accelerator.py", 2500, "gather"),
+        ("/home/me/train.py", 89, "main"),
+        ("<frozen runpy>", 88, "_run_code"),
+    ]
+    assert call_site(frames, machinery) == "train.py:89 in main (via accelerate/utils/operations.py:355 in _gpu_gather)"
+    assert call_site(frames[3:], machinery) == "train.py:89 in main"
+    assert call_site(frames[:3], machinery) == "accelerate/utils/operations.py:355 in _gpu_gather"
+    assert call_site(frames[:1], machinery) == "?"

@@ -330,6 +330,25 @@ def test_preemption_says_who_handled_saved_and_was_killed_and_the_steps_lost():
     assert recovery.preemption(WorldResult(Outcome.COMPLETED, ranks, "", None, "ended", 1.0)) is None
 
 
+def test_a_save_begun_before_the_notice_is_not_saved_after_it_though_it_ended_after():
+    """A periodic checkpoint under way when the notice came (an async save's upload, a save the handler's thread
+    outran) is no answer to the notice: a save counts from when it began, its end less ``took``."""
+    notice = "sent SIGTERM as a scheduler preempting the job does"
+    fired = [FiredFault(0, "Preempt(step=3)", r, 3, notice, "preempted") for r in (0, 1)]
+    periodic = {"k": "saved", "t": 0.7, "step": 2, "took": 0.4}  # began at 0.3, before the notice at 0.5
+    answer = {"k": "saved", "t": 0.9, "step": 3, "took": 0.3}  # began at 0.6, after it
+    ranks = [
+        RankResult(
+            r, RankState.DIED, exitcode=-9, last_step=3, events=[{"k": "fault", "t": 0.5, "effect": "preempted"}]
+        )
+        for r in (0, 1)
+    ]
+    ranks[0].events.append(periodic)
+    ranks[1].events.append(answer)
+    world = WorldResult(Outcome.CRASHED, ranks, "", None, "ended", 1.0, fired=fired)
+    assert recovery.preemption(world)["saved"] == [1]
+
+
 def test_preemption_under_torchrun_counts_a_rank_that_died_without_an_exit_code_as_not_handling_it():
     """A torchrun judge sees no exit code: a notified rank that died (not by the grace period's SIGKILL) did not
     handle the notice; one that finished did."""

@@ -635,15 +635,21 @@ def test_unfired_faults_name_the_finished_ranks_that_gave_them_their_chance():
     ]
     fired = [FiredFault(0, repr(plan[0]), 1, 1, "on_step")]
     unfired = unfired_faults(plan, ranks, fired)
+    no_loader = (  # these ranks drew no DataLoader batch (they recorded nothing at all)
+        "it acts through batches drawn from a DataLoader, which the ranks it targets never used (the seams they "
+        "used: none ddpfaults sees)"
+    )
     assert unfired == [
         UnfiredFault(1, repr(plan[1]), ()),
-        UnfiredFault(2, repr(plan[2]), (2,)),
-        UnfiredFault(3, repr(plan[3]), (0, 2)),
+        UnfiredFault(2, repr(plan[2]), (2,), no_loader),
+        UnfiredFault(3, repr(plan[3]), (0, 2), no_loader),
         UnfiredFault(4, repr(plan[4]), ()),
     ]
     assert [u.had_chance for u in unfired] == [False, True, True, False]
-    assert unfired[1].describe() == f"{plan[2]!r} never fired, though rank 2 finished without it taking effect"
-    assert unfired[2].describe().endswith("though ranks 0, 2 finished without it taking effect")
+    assert unfired[1].describe() == (
+        f"{plan[2]!r} never fired, though rank 2 finished without it taking effect: {no_loader}"
+    )
+    assert unfired[2].describe().endswith(f"though ranks 0, 2 finished without it taking effect: {no_loader}")
     assert unfired[0].describe() == (
         f"{plan[1]!r} never fired (no rank it targets finished its function: they raised, died or stalled)"
     )

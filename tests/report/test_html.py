@@ -499,3 +499,35 @@ def test_browser_click_on_a_lane_shows_that_ranks_stack(tmp_path, hung4):
         )
     finally:
         driver.close()
+
+
+def test_a_world_whose_test_failed_counts_as_failed_as_pytest_counts_it(hung4, crashed4, completed3):
+    """A plain assert on a world without an expectation failed its test: the page counts it failed, not
+    "no expectation"; a test that failed though its world's expectation held is failed too."""
+    held = Expectation.of(Expect("crashed"), crashed4)
+    document = build_document([completed3, hung4, crashed4], None, [None, None, held], ["failed", "passed", "failed"])
+    assert [w.get("test") for w in document["worlds"]] == ["failed", "passed", "failed"]
+    page = render_html(document)
+    assert "<b class=tally-head>2 of 2 failed</b> · 0 passed · 1 without an expectation" in page
+    assert "<b class=tally-head>0 of 1 failed</b>" in render_html(
+        build_document([completed3, hung4, crashed4], None, [None, None, held])
+    )
+
+
+def test_fsdp_dtensor_and_dcp_collectives_are_not_drawn_in_ddp_s_colour(tmp_path):
+    """The legend has a colour for DDP's buckets, one for FSDP's all-gathers and reduce-scatters, one for DTensor's
+    and DCP's collectives; each block takes its maker's."""
+    result = run_world(rankfns.fsdp_dcp_round_trip, world_size=2, kwargs={"checkpoint_dir": str(tmp_path / "c")})
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    page = render_html(build_document([result]))
+    elements = _Elements(page)
+    blocks = [a for _, a, _, _ in elements.items if "coll" in a.get("class", "").split() and "it" in a["class"].split()]
+    kinds = {
+        (c, "[FSDP" in a["title"], "[DCP" in a["title"])
+        for a in blocks
+        for c in a["class"].split()
+        if c in ("ddp", "fsdp", "lib")
+    }
+    assert ("fsdp", True, False) in kinds and ("lib", False, True) in kinds, kinds
+    assert not any(c == "ddp" for c, _, _ in kinds), kinds
+    assert "<i class='sw coll fsdp'></i>FSDP all-gather / reduce-scatter" in page

@@ -442,7 +442,8 @@ def test_naive_early_return_without_find_unused_parameters(plan, seed):
     """Property 2, ``find_unused_parameters=False`` (measured): completes iff no rank is empty before
     the last step and the last step has none or every rank empty; crashes with "Expected to have
     finished reduction" when a rank is empty before the last step (all ranks empty included), naming one
-    of the ranks empty at the first such step; hangs when only the last step is mixed.
+    of the ranks empty at the first such step (none when every rank was: each raised the same error, a common
+    cause); hangs when only the last step is mixed.
 
     Which of several empty ranks is named varies from run to run (the earliest to raise the same
     error wins): see test_verdict_is_a_function_of_the_plan for the engine change this needs.
@@ -455,9 +456,12 @@ def test_naive_early_return_without_find_unused_parameters(plan, seed):
     if early:
         assert result.outcome == "crashed", _why(f"empty ranks per step {sizes}: expected crashed", result)
         assert "Expected to have finished reduction" in result.root_cause, _why("unexpected root cause", result)
-        assert result.root_rank in plan.ranks_at(early[0], world_size=WORLD, kind=EmptyBatch), _why(
-            f"root rank {result.root_rank} was not empty at step {early[0]}", result
-        )
+        if sizes[early[0]] == WORLD:  # every rank empty, every rank raising the same error: no rank at fault
+            assert result.root_rank is None and result.cause.kind == "common_error", _why("a common cause", result)
+        else:
+            assert result.root_rank in plan.ranks_at(early[0], world_size=WORLD, kind=EmptyBatch), _why(
+                f"root rank {result.root_rank} was not empty at step {early[0]}", result
+            )
     elif last_mixed:
         assert result.outcome == "hung", _why(f"empty ranks per step {sizes}: expected hung", result)
     else:

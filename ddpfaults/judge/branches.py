@@ -1,0 +1,108 @@
+"""Where each rank's control flow went: the branch on its own rank (``if rank == 0:``, ``if is_main_process():``,
+``if trainer.is_world_process_zero():``, ``if master_process:``, ``if local_rank == 0:``) a rank stands inside,
+read from its stack or traceback and the source of its frames outside torch, site-packages, the standard library
+and ddpfaults. It is the evidence a reviewer looks at first when two ranks disagree and nothing else shows which
+left the common path (:func:`ddpfaults.judge.attribution.branch_evidence` weighs it).
+
+The one part of the judge that reads files: the source of the frames each rank's stack names, once per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import sysconfig
+from dataclasses import dataclass
+
+from ddpfaults.judge.results import RankResult
+
+#: names whose value says which rank the code runs on: a branch on one of them runs on some ranks only
+RANK_NAMES = re.compile(
+    r"\b(rank|local_rank|global_rank|get_rank|get_local_rank|is_main_process|is_local_main_process|"
+    r"is_world_process_zero|is_local_process_zero|is_global_zero|master_process|is_master)\b"
+)
+#: a frame line of a faulthandler dump (``File "x.py", line 3 in f``) or a traceback (``File "x.py", line 3, in f``)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARIES = tuple(
+    {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A rank standing inside a branch on its rank: the frame (``site``, ``file.py:51 in main``), the branch's
+    condition as written (``if rank == 0``) and whether the rank is in its body (``taken``) or its ``else``."""
+
+    site: str
+    condition: str
+    taken: bool = True
+
+    def describe(self) -> str:
+        """```if rank == 0` at train.py:51 in main`` (``the else of `if rank == 0` at ...``)."""
+        where = f"`{self.condition}`" if self.taken else f"the else of `{self.condition}`"
+        return f"{where} at {self.site}"
+
+
+def is_user_file(path: str) -> bool:
+    """True for a file of the code under test: not torch's, a site-package's, the standard library's or ddpfaults'."""
+    if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path:
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_LIBRARIES) and not real.startswith(_PACKAGE + os.sep)
+
+
+def user_frames(rank: RankResult) -> list[tuple[str, int, str]]:
+    """The rank's frames in the code under test, innermost first: from its stack (a faulthandler dump, innermost
+    first), else its traceback (outermost first)."""
+    if rank.stack:
+        frames = _FRAME.findall(rank.stack.split("\n\n")[0])  # the main thread's dump comes first
+    else:
+        frames = list(reversed(_FRAME.findall(rank.traceback or "")))
+    return [(path, int(line), fn) for path, line, fn in frames if is_user_file(path)]
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_ifs(path: str) -> tuple:
+    """Every ``if`` of the file at ``path`` whose condition names the rank: (condition, body span, else span);
+    () when the file cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        tree = ast.parse(source, filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        test = ast.get_source_segment(source, node.test) or ""
+        if not RANK_NAMES.search(test):
+            continue
+        condition = "if " + " ".join(test.split())
+        body = (node.body[0].lineno, node.body[-1].end_lineno)
+        orelse = (node.orelse[0].lineno, node.orelse[-1].end_lineno) if node.orelse else None
+        found.append((condition, body, orelse))
+    return tuple(found)
+
+
+def rank_branch(rank: RankResult) -> Branch | None:
+    """The innermost branch on its rank that ``rank`` stands inside (its innermost such frame), or None."""
+    for path, line, fn in user_frames(rank):
+        inside = []
+        for condition, body, orelse in _rank_ifs(path):
+            for span, taken in ((body, True), (orelse, False)):
+                if span is not None and span[0] <= line <= span[1]:
+                    inside.append((span[1] - span[0], condition, taken))
+        if inside:
+            _, condition, taken = min(inside)
+            site = f"{os.path.basename(path)}:{line} in {fn}"
+            return Branch(site, condition if len(condition) <= 100 else condition[:97] + "...", taken)
+    return None
+
+
+def find(ranks: list[RankResult]) -> dict[int, Branch]:
+    """Each rank's :func:`rank_branch`, for the ranks that stand inside one."""
+    return {r.rank: b for r in ranks if (b := rank_branch(r)) is not None}

@@ -1,0 +1,120 @@
+"""What ended a world when it is no one rank's divergence: pure functions over rank results and the fault plan (no
+processes, no torch), each giving a :class:`~ddpfaults.judge.results.Cause` or None.
+
+- **torn file**: a fault that leaves a file torn (``TornDcpWrite``) fired, and the ranks failed reading a checkpoint
+  (DCP's ``CheckpointException``, which names the ranks whose reads failed: with AdamW every rank's, since the
+  replicated step counters are stored once, in one rank's file). The culprit is the torn file's writer.
+- **preemption**: a ``Preempt`` sent its notice to every rank, and every rank that failed was ended by it (its
+  signal, a ``SystemExit`` or ``KeyboardInterrupt`` its handler raised, or the grace period's SIGKILL), or failed
+  only as a consequence. The scheduler stopped the job: no rank is at fault. The outcome stays the one the ranks'
+  ends make (crashed).
+- **common error**: every rank raised the same exception (numbers in its message aside: a message may name the
+  rank) at the same site and step, on its own (none a consequence of a peer's failure, no fault fired on only some
+  of them). The code or the environment is at fault, not a rank.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.results import Cause, RankResult, RankState
+
+_FAILED = (RankState.RAISED, RankState.DIED)
+
+
+def _named(rank: RankResult) -> list:
+    """The ranks the exception ``rank`` raised names as failed (a DCP ``CheckpointException``), else []."""
+    return next((e.get("names") or [] for e in rank.events if e.get("k") == "failed"), [])
+
+
+def torn_file(ranks: list[RankResult], plan=()) -> Cause | None:
+    """The torn file's writer, when a fault of ``plan`` that leaves one fired and a failed rank's exception names
+    the ranks whose checkpoint reads failed."""
+    torn = [f for r in ranks for f in r.fired if f.index < len(plan) and plan[f.index].leaves_torn_file]
+    readers = [r for r in ranks if RankState(r.state) in _FAILED and _named(r)]
+    if not torn or not readers:
+        return None
+    writers = sorted({f.rank for f in torn})
+    first = torn[0]
+    failed = format_ranks([r.rank for r in readers])
+    return Cause(
+        "torn_file",
+        culprit=writers[0] if len(writers) == 1 else None,
+        ranks=tuple(writers),
+        error=f"the checkpoint load's exception {failed} raised names {format_ranks(_named(readers[0]))} as failed",
+        step=first.step,
+        fault=first.fault,
+        how=first.how,
+    )
+
+
+#: what a rank raises when a notice's handler (or Python's own, for SIGINT) ends it: no error of the rank's own
+_EXITS = ("SystemExit", "KeyboardInterrupt")
+
+
+def _exits(rank: RankResult) -> bool:
+    return RankState(rank.state) == RankState.RAISED and (rank.error or "").startswith(_EXITS)
+
+
+def preemption(ranks: list[RankResult]) -> Cause | None:
+    """The preemption of every rank that ended the world (see the module docstring), or None."""
+    notices = [f for r in ranks for f in r.fired if f.effect == "preempted" and f.signal is None]
+    notified = {f.rank for f in notices}
+    if not ranks or notified != {r.rank for r in ranks}:
+        return None
+    failed = [r for r in ranks if RankState(r.state) in _FAILED]
+    ended = [r.rank for r in failed if RankState(r.state) == RankState.DIED or _exits(r)]
+    if not ended or any(r.rank not in ended and not r.collateral for r in failed):
+        return None
+    expired = sorted({f.rank for r in ranks for f in r.fired if f.effect == "preempted" and f.signal == "SIGKILL"})
+    by_notice = [r for r in ended if r not in expired]
+    how = []
+    if by_notice:
+        how.append(f"{format_ranks(by_notice)} {_were(by_notice)} ended by it")
+    if expired:
+        how.append(f"{format_ranks(expired)} outlived the grace period and {_were(expired)} SIGKILLed")
+    others = [r.rank for r in failed if r.rank not in ended]
+    if others:
+        how.append(f"{format_ranks(others)} failed as a consequence")
+    return Cause(
+        "preemption",
+        ranks=tuple(sorted(notified)),
+        step=notices[0].step,
+        fault=notices[0].fault,
+        how=", ".join(how),
+    )
+
+
+def _were(ranks: list) -> str:
+    return "was" if len(ranks) == 1 else "were"
+
+
+def _alike(rank: RankResult) -> tuple:
+    return re.sub(r"\d+", "#", rank.error or ""), rank.site, rank.last_step
+
+
+def common_error(ranks: list[RankResult]) -> Cause | None:
+    """Every rank's same exception at the same site and step, each raised on its own (the module docstring)."""
+    if len(ranks) < 2 or any(RankState(r.state) != RankState.RAISED or r.collateral or _named(r) for r in ranks):
+        return None
+    if len({_alike(r) for r in ranks}) != 1:
+        return None
+    hit = {f.rank for r in ranks for f in r.fired}
+    if hit and hit != {r.rank for r in ranks}:
+        return None  # a fault on some ranks only may have made every rank's input what failed
+    first = min(ranks, key=lambda r: r.rank)
+    differ = any(r.error != first.error for r in ranks)
+    return Cause(
+        "common_error",
+        ranks=tuple(r.rank for r in ranks),
+        error=first.error or "",
+        site=first.site or "",
+        step=first.last_step,
+        how=f"rank {first.rank}'s message; the others' differ only in numbers" if differ else "",
+    )
+
+
+def find_cause(ranks: list[RankResult], plan=()) -> Cause | None:
+    """The first of :func:`torn_file`, :func:`preemption` and :func:`common_error` the ranks show (None: none)."""
+    return torn_file(ranks, plan) or preemption(ranks) or common_error(ranks)

@@ -1,0 +1,156 @@
+"""Culprits that name the cause, in real worlds at 2 and 4 ranks, scripts and rank functions alike: every rank
+raising the same error on its own, the scheduler preempting every rank, a DCP file one rank wrote torn that every
+rank fails to load (ddpfaults.judge.causes); code on rank 0 only named by the branch rank 0 stood in
+(ddpfaults.judge.branches); collectives paired across steps (ddpfaults.judge.desync)."""
+
+import os
+
+import pytest
+
+import causefns
+from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
+from ddpfaults import Outcome, run_script, run_world
+from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite
+from ddpfaults.judge.results import WorldResult
+from rankfns import all_reduce_steps, ddp_steps
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+
+
+def _no_culprit(result, kind):
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank is None and result.cause is not None and result.cause.kind == kind, result.report()
+    assert result.cause.ranks == tuple(range(len(result.ranks)))
+    assert WorldResult.from_dict(result.to_dict()).cause == result.cause
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_rank_raising_a_gpu_call_on_its_own_is_a_common_cause(world_size):
+    script = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--steps", "2"], world_size=world_size, timeout=90)
+    _no_culprit(script, "common_error")
+    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:23 in main"), script.report()
+    function = run_world(gpu_call_on_cpu, world_size=world_size, timeout=90)
+    _no_culprit(function, "common_error")
+    assert function.root_cause.startswith(f"every rank raised {CUDA} at causefns.py:13 in gpu_call_on_cpu at step 1")
+
+
+def test_ddp_given_device_ids_on_every_rank_is_one_common_error_whose_messages_differ_in_the_rank():
+    result = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--error", "device_ids"], world_size=2, timeout=90)
+    _no_culprit(result, "common_error")
+    assert "ValueError: DistributedDataParallel device_ids" in result.root_cause
+    assert "the others' differ only in numbers" in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_preemption_of_every_rank_without_a_handler_names_no_rank(world_size):
+    function = run_world(all_reduce_steps, world_size=world_size, faults=[Preempt(step=2)], stall=10, timeout=90)
+    _no_culprit(function, "preemption")
+    every = "ranks 0, 1" if world_size == 2 else "ranks 0-3"
+    assert function.root_cause == (
+        f"the job was preempted at step 2: Preempt(step=2, grace=5) sent the notice to every rank and {every} were "
+        f"ended by it; no rank at fault"
+    ), function.report()
+    script = run_script(
+        os.path.join(SCRIPTS, "plain_train.py"), world_size=world_size, faults=[Preempt(step=1)], stall=10, timeout=90
+    )
+    _no_culprit(script, "preemption")
+    assert script.preemption["notified"] == list(range(world_size)) and script.preemption["handled"] == []
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_torn_adamw_shard_names_its_writer_not_the_first_rank_the_checkpoint_exception_names(world_size, tmp_path):
+    writer = world_size - 1 if world_size == 2 else 2
+    function = run_world(
+        adamw_dcp_round_trip,
+        world_size=world_size,
+        kwargs={"checkpoint_dir": str(tmp_path / "ckpt")},
+        faults=[TornDcpWrite(writer=writer, step=2)],
+        timeout=120,
+    )
+    script = run_script(
+        os.path.join(SCRIPTS, "dcp_adamw.py"), world_size=world_size, faults=[TornDcpWrite(writer=writer, step=3)]
+    )
+    for result, step in ((function, 2), (script, 3)):
+        assert result.outcome == Outcome.CRASHED and result.root_rank == writer, result.report()
+        assert result.cause.kind == "torn_file" and result.cause.ranks == (writer,)
+        assert all("CheckpointException" in r.error for r in result.ranks), result.report()
+        assert result.root_cause.startswith(f"rank {writer} wrote a torn file at step {step} (TornDcpWrite(")
+        assert f"tore __{writer}_0.distcp to" in result.root_cause, result.report()
+
+
+RANK0_ONLY = os.path.join(SCRIPTS, "rank0_only.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("what, outcome", [("evaluate", Outcome.CRASHED), ("barrier", Outcome.HUNG)])
+def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, what, outcome):
+    """One against one nothing else tells the ranks apart: rank 0 stood inside ``if ... is_main_process()`` (an
+    evaluation's all_reduce) or ``if ... rank == 0`` (a callback's barrier) and the root cause shows the frame."""
+    script = run_script(RANK0_ONLY, ["--what", what], world_size=world_size, stall=2, timeout=90)
+    condition, call = {"evaluate": ("is_main_process()", "evaluate(model)"), "barrier": ("rank == 0", "on_step_end(")}[
+        what
+    ]
+    with open(RANK0_ONLY) as f:
+        line = next(n for n, text in enumerate(f, 1) if text.strip().startswith(call))
+    assert script.outcome == outcome and script.root_rank == 0, script.report()
+    assert "rank 0 stood inside a branch on its rank, `if args.what ==" in script.root_cause, script.report()
+    assert f"{condition}` at rank0_only.py:{line} in main" in script.root_cause
+    function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, stall=2, timeout=90)
+    assert function.outcome == outcome and function.root_rank == 0, function.report()
+    assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()
+
+
+CROSS_STEP = os.path.join(SCRIPTS, "cross_step_train.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size):
+    """Rank 1 skips its gradient all_reduce at step 3 and makes one more at the end: every rank makes as many
+    same-size ones and the world completes, each step from 3 to 6 averaged with the next step's."""
+    script = run_script(CROSS_STEP, ["--skip-rank", "1"], world_size=world_size, timeout=90)
+    function = run_world(skips_then_makes_up, world_size=world_size, timeout=90)
+    for result in (script, function):
+        assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
+        desync = result.desync
+        assert (desync.first_step, desync.steps) == (3, 4), result.report()
+        assert desync.at == tuple((r, 4 if r == 1 else 3) for r in range(world_size))
+        assert desync.describe() in result.report()
+        assert WorldResult.from_dict(result.to_dict()).desync == desync
+    assert run_script(CROSS_STEP, world_size=world_size, timeout=90).desync is None
+
+
+def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang():
+    result = run_world(
+        ddp_steps,
+        world_size=2,
+        kwargs={"wrap": "ctx", "steps": 8},
+        faults=[SkippedCollective(rank=1, step=3, op="ddp_bucket")],
+        stall=2,
+        timeout=90,
+    )
+    assert result.outcome == Outcome.HUNG and result.root_rank == 1, result.report()
+    assert (result.desync.first_step, result.desync.steps, result.desync.at) == (3, 4, ((0, 3), (1, 4)))
+    assert "[DDP gradient bucket]" in result.desync.call
+
+
+LIBRARY = "(via lightning/fabric/utilities/distributed.py:"
+
+
+def _line_of(path, text):
+    with open(path) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_collective_made_in_a_library_is_located_at_the_user_s_line_with_the_library_s_beside_it(world_size):
+    script_path = os.path.join(SCRIPTS, "library_reduce.py")
+    script = run_script(script_path, world_size=world_size, timeout=120)
+    assert script.outcome == Outcome.COMPLETED, script.report()
+    line = _line_of(script_path, "_sync_ddp(loss")
+    sites = {c.site for c in script.ranks[0].collectives if c.op in ("barrier", "all_reduce") and c.maker == "user"}
+    assert sites and all(s.startswith(f"library_reduce.py:{line} in main {LIBRARY}") for s in sites), sites
+    hung = run_world(reduce_through_a_library, world_size=world_size, kwargs={"alone": 0}, stall=2, timeout=120)
+    assert hung.outcome == Outcome.HUNG and hung.root_rank == 0, hung.report()
+    line = _line_of(causefns.__file__, "_sync_ddp(torch.ones(3)")
+    assert f"at causefns.py:{line} in reduce_through_a_library {LIBRARY}" in hung.root_cause, hung.report()

@@ -1,0 +1,74 @@
+"""Unit tests of ddpfaults.judge.branches (a rank's frames read against their source) and the attribution's
+rank-conditional evidence: hand-built rank results over a source file written for the test."""
+
+import textwrap
+
+from ddpfaults.judge import branches
+from ddpfaults.judge.attribution import attribute, branch_evidence, culprits
+from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState
+
+SOURCE = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+
+
+    def main(trainer, rank):
+        for step in range(5):
+            train(step)
+            if trainer.is_world_process_zero():
+                trainer.evaluate()
+            if rank == 0:
+                print("saving")
+            else:
+                dist.barrier()
+            if step == 3:
+                dist.barrier()
+    """
+)
+TORCH = '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+
+
+def stack(path, *frames):
+    """A faulthandler dump: a torch frame innermost, then ``frames`` ((line, function), innermost first)."""
+    lines = [f'  File "{path}", line {line} in {fn}\n' for line, fn in frames]
+    return "Thread 0x1 (most recent call first):\n" + TORCH + "".join(lines)
+
+
+def test_a_frame_inside_a_branch_on_the_rank_is_found_in_a_stack_or_a_traceback(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    blocked = RankResult(0, RankState.BLOCKED, stack=stack(path, (8, "main"), (20, "<module>")))
+    assert branches.rank_branch(blocked) == branches.Branch("train.py:8 in main", "if trainer.is_world_process_zero()")
+    otherwise = RankResult(1, RankState.BLOCKED, stack=stack(path, (12, "main")))
+    assert branches.rank_branch(otherwise) == branches.Branch("train.py:12 in main", "if rank == 0", taken=False)
+    assert branches.rank_branch(otherwise).describe() == "the else of `if rank == 0` at train.py:12 in main"
+    traceback = f'Traceback (most recent call last):\n  File "{path}", line 8, in main\n' + TORCH
+    assert branches.rank_branch(RankResult(0, RankState.RAISED, traceback=traceback)).site == "train.py:8 in main"
+
+
+def test_a_frame_in_no_branch_on_the_rank_or_in_a_library_or_an_unreadable_file_is_none(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    assert branches.rank_branch(RankResult(0, RankState.BLOCKED, stack=stack(path, (14, "main")))) is None  # step
+    assert branches.rank_branch(RankResult(0, RankState.BLOCKED, stack=stack(path, (6, "main")))) is None
+    assert branches.rank_branch(RankResult(0, RankState.BLOCKED, stack=stack(tmp_path / "gone.py", (8, "f")))) is None
+    assert branches.rank_branch(RankResult(0, RankState.FINISHED)) is None
+    assert not branches.is_user_file("/venv/lib/python3.11/site-packages/accelerate/utils/operations.py")
+    assert not branches.is_user_file(branches.__file__) and branches.is_user_file(str(path))
+
+
+def test_the_rank_alone_inside_a_branch_on_its_rank_is_named_one_against_one():
+    inside = {0: branches.Branch("train.py:14 in main", "if rank == 0")}
+    ranks = [RankResult(0, RankState.BLOCKED), RankResult(1, RankState.BLOCKED)]
+    found = branch_evidence(ranks, inside)
+    assert found.ranks == (0,)
+    assert (
+        found.shows == "rank 0 stood inside a branch on its rank, `if rank == 0` at train.py:14 in main; rank 1 in none"
+    )
+    assert branch_evidence(ranks, {**inside, 1: inside[0]}) is None  # both inside: nothing to tell them apart
+    assert branch_evidence(ranks, {}) is None
+    assert culprits(ranks, (), inside).ranks == (0,)
+    divergence = Divergence(9, (DivergenceGroup((0,), None, "x"), DivergenceGroup((1,), None, "y")), ())
+    judged = attribute(divergence, ranks, (), inside)
+    assert judged.odd_ranks == (0,) and judged.basis == found.shows
+    assert attribute(divergence, ranks).odd_ranks == ()  # without it: nothing shows which diverged

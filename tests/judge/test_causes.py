@@ -1,0 +1,140 @@
+"""Unit tests of ddpfaults.judge.causes and the verdict they decide: hand-built rank results (no processes)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ddpfaults.faults import Preempt, RankCrash, TornDcpWrite
+from ddpfaults.judge.causes import common_error, find_cause, preemption, torn_file
+from ddpfaults.judge.results import Cause, FiredFault, Outcome, RankResult, RankState, WorldResult
+from ddpfaults.judge.verdict import decide, mark_collateral
+
+CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+CLOSED = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:8620"
+DEVICE_IDS = "ValueError: ... got device_ids [{}], output_device None, and module parameters {{device(type='cpu')}}."
+CHECKPOINT = "CheckpointException: CheckpointException ranks:dict_keys([0, 1, 2, 3])"
+
+
+def raised(rank, error=CUDA, site="train.py:89 in main", step=0, **kw):
+    return RankResult(rank, RankState.RAISED, error=error, site=site, last_step=step, failed_at=1.0 + rank, **kw)
+
+
+def notice(rank, step=2, signal=None, index=0):
+    fault = repr(Preempt(step=step))
+    how = "SIGKILLed: still running" if signal else "sent SIGTERM"
+    return FiredFault(index, fault, rank, step, how, effect="preempted", signal=signal)
+
+
+def _decide(ranks, plan=()):
+    mark_collateral(ranks)
+    return decide(ranks, None, "ended", deadline=60, stall=5, cause=find_cause(ranks, plan))
+
+
+# -- a common error --------------------------------------------------------------------------
+
+
+def test_every_rank_raising_the_same_error_at_the_same_site_is_a_common_cause_with_no_culprit():
+    for size in (2, 4):
+        decision = _decide([raised(r) for r in range(size)])
+        assert decision.outcome == Outcome.CRASHED and decision.root_rank is None
+        assert decision.cause == Cause(
+            "common_error", ranks=tuple(range(size)), error=CUDA, site="train.py:89 in main", step=0
+        )
+        assert decision.root_cause.startswith(f"every rank raised {CUDA} at train.py:89 in main at step 0")
+        assert "no rank at fault" in decision.root_cause
+
+
+def test_messages_that_differ_only_in_numbers_are_one_error_and_the_text_says_so():
+    cause = common_error([raised(r, error=DEVICE_IDS.format(r)) for r in range(2)])
+    assert cause is not None and cause.error == DEVICE_IDS.format(0)
+    assert "differ only in numbers" in cause.describe()
+
+
+def test_a_different_site_step_or_message_or_one_rank_not_raising_is_no_common_error():
+    assert common_error([raised(0), raised(1, site="train.py:90 in main")]) is None
+    assert common_error([raised(0), raised(1, step=1)]) is None
+    assert common_error([raised(0), raised(1, error="KeyError: 'x'")]) is None
+    assert common_error([raised(0), RankResult(1, RankState.BLOCKED)]) is None
+    assert common_error([raised(0)]) is None  # one rank is the rank at fault
+    ranks = [raised(0, error=CLOSED), raised(1, error=CLOSED)]
+    mark_collateral(ranks)
+    assert common_error(ranks) is None  # a consequence of something else
+
+
+def test_a_fault_on_some_ranks_only_is_no_common_error_but_one_on_every_rank_is():
+    crash = FiredFault(0, "RankCrash(rank=1, step=0)", 1, 0, "on_step", effect="on_step")
+    assert common_error([raised(0), raised(1, fired=[crash])]) is None
+    both = [raised(r, fired=[dataclasses.replace(crash, rank=r)]) for r in range(2)]
+    assert common_error(both) is not None
+
+
+def test_a_checkpoint_exception_naming_the_failed_ranks_is_left_to_the_names():
+    failed = {"k": "failed", "names": [1]}
+    assert common_error([raised(r, error=CHECKPOINT, events=[failed]) for r in range(2)]) is None
+
+
+# -- preemption -------------------------------------------------------------------------------
+
+
+def test_every_rank_ended_by_the_notice_is_a_preemption_with_no_culprit():
+    ranks = [
+        RankResult(r, RankState.DIED, error="was killed by SIGTERM", exitcode=-15, fired=[notice(r)]) for r in range(4)
+    ]
+    decision = _decide(ranks)
+    assert decision.outcome == Outcome.CRASHED and decision.root_rank is None
+    assert decision.cause.kind == "preemption" and decision.cause.ranks == (0, 1, 2, 3)
+    assert decision.root_cause == (
+        "the job was preempted at step 2: Preempt(step=2, grace=5) sent the notice to every rank and ranks 0-3 "
+        "were ended by it; no rank at fault"
+    )
+
+
+def test_the_grace_period_s_sigkill_a_handler_s_exit_and_a_peer_s_consequence_are_the_preemption_too():
+    ranks = [
+        RankResult(0, RankState.DIED, error="was killed by SIGKILL", fired=[notice(0), notice(0, signal="SIGKILL")]),
+        RankResult(1, RankState.RAISED, error="SystemExit: 1", fired=[notice(1)]),
+        RankResult(2, RankState.RAISED, error=CLOSED, fired=[notice(2)]),
+    ]
+    decision = _decide(ranks)
+    assert decision.root_rank is None and decision.cause.kind == "preemption"
+    assert "rank 1 was ended by it, rank 0 outlived the grace period and was SIGKILLed, rank 2 failed as a " in (
+        decision.root_cause
+    )
+
+
+def test_a_preemption_of_some_ranks_or_a_rank_s_own_error_after_the_notice_is_no_preemption_cause():
+    died = [RankResult(r, RankState.DIED, error="was killed by SIGTERM", fired=[notice(r)]) for r in range(2)]
+    assert preemption([died[0], RankResult(1, RankState.DIED, error="was killed by SIGTERM")]) is None
+    own = [died[0], RankResult(1, RankState.RAISED, error="KeyError: 'x'", fired=[notice(1)])]
+    mark_collateral(own)
+    assert preemption(own) is None  # its handler's own error is the rank's
+    handled = [RankResult(r, RankState.FINISHED, fired=[notice(r)]) for r in range(2)]
+    assert preemption(handled) is None
+    assert _decide(handled).outcome == Outcome.COMPLETED
+
+
+# -- a torn file ------------------------------------------------------------------------------
+
+
+def test_a_torn_file_names_its_writer_not_the_first_rank_the_checkpoint_exception_names():
+    plan = [TornDcpWrite(writer=2, step=1)]
+    tore = FiredFault(0, repr(plan[0]), 2, 1, "tore __2_0.distcp to 100 of 200 bytes", effect="checkpoint")
+    failed = {"k": "failed", "names": [0, 1, 2, 3]}
+    ranks = [raised(r, error=CHECKPOINT, step=1, events=[failed], fired=[tore] if r == 2 else []) for r in range(4)]
+    decision = _decide(ranks, plan)
+    assert decision.root_rank == 2 and decision.cause.kind == "torn_file" and decision.cause.ranks == (2,)
+    assert decision.root_cause.startswith("rank 2 wrote a torn file at step 1 (TornDcpWrite(writer=2, step=1): tore")
+    assert "names ranks 0-3 as failed" in decision.root_cause
+    assert _decide(ranks).root_rank == 0  # without the plan: the first rank the exception names
+    killed = [TornDcpWrite(writer=2, step=1, killed=True)]
+    assert torn_file(ranks, killed) is None  # a killed writer is named by its death
+    other = [RankCrash(rank=2, step=1)]
+    assert torn_file(ranks, other) is None
+
+
+def test_a_cause_round_trips_through_the_report_document():
+    cause = Cause("common_error", ranks=(0, 1), error=CUDA, site="train.py:89 in main", step=0)
+    world = WorldResult(Outcome.CRASHED, [raised(0), raised(1)], cause.describe(), None, "ended", 1.0, cause=cause)
+    again = WorldResult.from_dict(world.to_dict())
+    assert again.cause == cause
+    assert WorldResult.from_dict({**world.to_dict(), "cause": None}).cause is None

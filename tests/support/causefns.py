@@ -1,0 +1,93 @@
+"""Rank functions whose worlds end for a cause no one rank's divergence is (tests/engine/test_causes_worlds.py)."""
+
+import torch
+import torch.distributed as dist
+
+
+def gpu_call_on_cpu(ctx, steps=2):
+    """``steps`` steps of an all_reduce, then a GPU-only call every rank makes alike: on a CPU build of torch each
+    raises the same ``AttributeError`` at the same line, on its own."""
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(torch.ones(2))
+    torch.cuda.set_device(ctx.rank)
+
+
+def adamw_dcp_round_trip(ctx, checkpoint_dir, steps=2):
+    """FSDP2 with AdamW trains ``steps`` steps, saves the model's and the optimizer's state with DCP at step
+    ``steps`` and loads both into a fresh model and optimizer (AdamW's replicated step counters are stored once, in
+    one rank's file)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (ctx.world_size,))
+
+    def build(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        model = fully_shard(model, mesh=mesh)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.01)
+
+    model, optimizer = build(0)
+    torch.manual_seed(1 + ctx.rank)
+    for step in range(steps):
+        ctx.step(step)
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    ctx.step(steps)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint_dir)
+    fresh, fresh_optimizer = build(1)
+    model_state, optim_state = get_state_dict(fresh, fresh_optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=checkpoint_dir)
+    set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def rank0_only(ctx, what="barrier", at=2, steps=5):
+    """DDP trains ``steps`` steps; at step ``at`` the main process alone evaluates (``what="evaluate"``: an
+    all_reduce of three metrics its peers never make) or waits in a callback's ``dist.barrier()``
+    (``what="barrier"``), as trainers write code for rank 0."""
+    model = ctx.ddp(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        ctx.step(step)
+        loss = model(torch.randn(8, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step == at and dist.get_rank() == 0:
+            if what == "evaluate":
+                dist.all_reduce(torch.stack([loss.detach(), loss.detach().abs(), loss.detach().sqrt()]))
+            else:
+                dist.barrier()
+
+
+def skips_then_makes_up(ctx, steps=8, rank=1, skip=3):
+    """An all_reduce of a gradient-sized tensor every step; ``rank`` skips it at step ``skip`` and makes two at the
+    last step: every rank makes as many, same-size ones, and the world completes, each step from ``skip`` on
+    reduced against another step's."""
+    for step in range(steps):
+        ctx.step(step)
+        if not (ctx.rank == rank and step == skip):
+            dist.all_reduce(torch.full((36,), float(step)))
+        if ctx.rank == rank and step == steps - 1:
+            dist.all_reduce(torch.full((36,), float(step)))
+    dist.barrier()
+
+
+def reduce_through_a_library(ctx, steps=3, alone=None):
+    """Each step reduces a metric through an installed library (Lightning's ``_sync_ddp``: a barrier, then an
+    all_reduce); ``alone``: the one rank that does so at step 1 (the others go on to the next step's)."""
+    from lightning.fabric.utilities.distributed import _sync_ddp
+
+    for step in range(steps):
+        ctx.step(step)
+        if alone is None or step != 1 or ctx.rank == alone:
+            _sync_ddp(torch.ones(3), reduce_op="sum")
