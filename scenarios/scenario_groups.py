@@ -9,9 +9,9 @@ assert; docs/groups.md tells the story):
   names no one. ``fixed``: one order on every rank.
 - ``subgroup_barrier``: each tp pair all_reduces per step; in ``naive`` rank 1 alone calls ``barrier(group=tp)``
   at step 1 (its partner never reaches it): the partner's next all_reduce meets the barrier, hung. The divergence
-  is found in the tp pair of ranks 0 and 1 alone (the other pair is not compared with it), but one against one
-  and a barrier made once: no rank is named ("nothing shows which diverged"; the attribution's own-pattern
-  evidence leaves out calls no rank makes twice). ``fixed``: both members call it.
+  is found in the tp pair of ranks 0 and 1 alone (the other pair is not compared with it), one against one and a
+  barrier made once; rank 1 is named because its stack stands inside a branch on its own rank (``ctx.rank ==
+  lone_rank``) and rank 0's in none. ``fixed``: both members call it.
 - ``pipeline_microbatches``: stage r receives microbatches from r-1 and sends them on; in ``naive`` one stage
   forwards one microbatch fewer at step 1 (it drops an incomplete last microbatch, its peers do not). gloo's send
   waits for its recv: the next stage waits in a recv never sent, hung, named as the stage that sent fewer.
@@ -100,7 +100,7 @@ def _pairs(size: int) -> list:
                 "kwargs": {"lone_rank": 1},
                 "stall": HANG_STALL,
                 "expect": ddpfaults.Expect(
-                    "hung", collective="barrier", root_cause="ranks 0, 1 disagree at collective #3 and nothing shows"
+                    "hung", rank=1, collective="barrier", root_cause="rank 1 stood inside a branch on its rank"
                 ),
             }
             for n in (2, 4)
