@@ -104,9 +104,9 @@ def checkpoint_protocol(ctx, log_dir, save="atomic", sync="commit", steps=3):
                 torch.save(state, path)
             _append(os.path.join(log_dir, "saves.jsonl"), {"step": step, "digest": state_digest(state)})
             if sync == "commit":
-                # isend, not send: TornCheckpointWrite's handshake counts traced collectives and expects
-                # every rank to enter the same ones; three traced sends against one recv per reader
-                # would make a second torn step wait out its 30 s handshake limit (measured)
+                # the writer's sends are not counted by TornCheckpointWrite's handshake, a reader's recv is: a
+                # reader waiting here releases the writer's held save (counted, three isends against one recv
+                # per reader held a second torn step the 30 s handshake limit: measured)
                 for work in [dist.isend(torch.ones(1), dst=r) for r in range(1, ctx.world_size)]:
                     work.wait()
             continue
