@@ -142,8 +142,10 @@ def _line_of(path, text):
         return next(n for n, line in enumerate(f, 1) if text in line)
 
 
+@pytest.mark.slow  # Lightning (the library) comes with the slow tests' extra, and its import takes seconds per rank
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_a_collective_made_in_a_library_is_located_at_the_user_s_line_with_the_library_s_beside_it(world_size):
+    pytest.importorskip("lightning", reason="the library here is Lightning: pip install -e '.[lightning]'")
     script_path = os.path.join(SCRIPTS, "library_reduce.py")
     script = run_script(script_path, world_size=world_size, timeout=120)
     assert script.outcome == Outcome.COMPLETED, script.report()
