@@ -152,7 +152,11 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
         for n in (events.MAKERS[maker], toward, "members" in facts and events.group_label(facts["members"], desc))
         if n
     )
-    seq = ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts)
+    return _entered(ctx, ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts), original, args, kwargs)
+
+
+def _entered(ctx, seq: int, original, args, kwargs):
+    """Make the call ``original`` that ``ctx`` entered as its call ``seq``; nothing it calls in turn is traced."""
     _local.inside = True
     try:
         return original(*args, **kwargs)
@@ -210,12 +214,7 @@ def _trace_group_making(original):
         ranks = arguments.get("ranks")
         members = sorted(int(r) for r in ranks) if ranks else list(range(dist.get_world_size()))
         seq = ctx._enter(MAKING_GROUP, [], call_site(), note=arguments.get("group_desc") or "", members=members)
-        _local.inside = True
-        try:
-            return original(*args, **kwargs)
-        finally:
-            _local.inside = False
-            ctx._exit(seq)
+        return _entered(ctx, seq, original, args, kwargs)
 
     traced.__ddpfaults_original__ = original
     return traced
