@@ -16,6 +16,8 @@ import re
 import sysconfig
 from dataclasses import dataclass
 
+from ddpfaults.events import LIBRARY_PATHS
+from ddpfaults.judge.flight import STACK_FRAME
 from ddpfaults.judge.results import RankResult
 
 #: names whose value says which rank the code runs on: a branch on one of them runs on some ranks only
@@ -23,8 +25,6 @@ RANK_NAMES = re.compile(
     r"\b(rank|local_rank|global_rank|get_rank|get_local_rank|is_main_process|is_local_main_process|"
     r"is_world_process_zero|is_local_process_zero|is_global_zero|master_process|is_master)\b"
 )
-#: a frame line of a faulthandler dump (``File "x.py", line 3 in f``) or a traceback (``File "x.py", line 3, in f``)
-_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARIES = tuple(
     {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -48,7 +48,7 @@ class Branch:
 
 def is_user_file(path: str) -> bool:
     """True for a file of the code under test: not torch's, a site-package's, the standard library's or ddpfaults'."""
-    if path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path:
+    if path.startswith("<") or any(piece in path for piece in LIBRARY_PATHS):
         return False
     real = os.path.realpath(path)
     return not real.startswith(_LIBRARIES) and not real.startswith(_PACKAGE + os.sep)
@@ -58,9 +58,9 @@ def user_frames(rank: RankResult) -> list[tuple[str, int, str]]:
     """The rank's frames in the code under test, innermost first: from its stack (a faulthandler dump, innermost
     first), else its traceback (outermost first)."""
     if rank.stack:
-        frames = _FRAME.findall(rank.stack.split("\n\n")[0])  # the main thread's dump comes first
+        frames = STACK_FRAME.findall(rank.stack.split("\n\n")[0])  # the main thread's dump comes first
     else:
-        frames = list(reversed(_FRAME.findall(rank.traceback or "")))
+        frames = list(reversed(STACK_FRAME.findall(rank.traceback or "")))
     return [(path, int(line), fn) for path, line, fn in frames if is_user_file(path)]
 
 

@@ -61,13 +61,14 @@ def _site(frames: list) -> str:
     return call_site(((f.get("filename", ""), f.get("line"), f.get("name")) for f in frames), _is_machinery)
 
 
-_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+#: a frame line of a faulthandler dump (``File "x.py", line 3 in f``) or a traceback (``File "x.py", line 3, in f``)
+STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 
 
 def stack_site(stack: str | None) -> str | None:
     """The call site (as :func:`_site` names a record's) of the innermost frame outside the machinery in a
     faulthandler dump (innermost frame first), or None: where a rank that left no record was when it died."""
-    for path, line, name in _STACK_FRAME.findall(stack or ""):
+    for path, line, name in STACK_FRAME.findall(stack or ""):
         if not _is_machinery(path):
             return f"{os.path.basename(path)}:{line} in {name}"
     return None
