@@ -3,10 +3,10 @@
 Run:  python bench/bench_proof.py [--repeat 3]
 Runs every built-in variant expected to hang (``python -m ddpfaults matrix`` lists them) at the default stall
 window (2 s, whatever the variant declares), alternately with the judge's deadlock proof on (the default) and off
-(the private switch ``ddpfaults.judge.loop._PROVE``, this benchmark's only), and prints per case the seconds from the
-deadlock forming to the verdict, each mode's median, and the ratio. Goal: <= 0.1 s with the proof.
+(the private switch ``ddpfaults.judge.live.loop._PROVE``, this benchmark's only), and prints per case the seconds from
+the deadlock forming to the verdict, each mode's median, and the ratio. Goal: <= 0.1 s with the proof.
 
-The deadlock *forms* when the last rank takes its stand (``ddpfaults.judge.fidelity.formed_at``, the soak's
+The deadlock *forms* when the last rank takes its stand (``ddpfaults.judge.checks.fidelity.formed_at``, the soak's
 measure too: entering the collective it waits in, finishing, failing, or for a collective only torch's flight
 recorder saw, plain DDP's gradient buckets, when it issued it); measured the same way for both modes, from each
 rank's own events and record, on the clock the verdict is stamped with. A variant the record cannot prove (e.g. two
@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from ddpfaults.judge import loop
-from ddpfaults.judge.fidelity import verdict_latency
+from ddpfaults.judge.checks.fidelity import verdict_latency
+from ddpfaults.judge.live import loop
 from ddpfaults.judge.results import Outcome
 from ddpfaults.scenario import discover
 from ddpfaults.spec import PARAM, RunSpec

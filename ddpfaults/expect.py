@@ -39,7 +39,7 @@ class Expect:
 
     ``resume_equivalent``, ``resume_cause``, ``resume_step``: the resume check's finding (an expectation naming one
     turns ``check_resume`` on): the restarted run equivalent to the uninterrupted one, bit-equal or to rounding
-    (True), or not; the cause of its first difference (one of :data:`ddpfaults.judge.resume.CAUSES`; implies not
+    (True), or not; the cause of its first difference (one of :data:`ddpfaults.judge.checks.resume.CAUSES`; implies not
     equivalent) and its step.
     """
 
@@ -278,7 +278,7 @@ def replica_mismatches(result: WorldResult) -> list[Mismatch]:
 
 def _resume_of(parts: dict) -> dict:
     """The resume fields of an expectation's text (see :data:`_RESUME_TEXT`)."""
-    from ddpfaults.judge.resume import UNCHECKED
+    from ddpfaults.judge.checks.resume import UNCHECKED
 
     if parts["resume"] == "resumed equivalent":
         return {"resume_equivalent": True}
@@ -291,7 +291,7 @@ def _resume_of(parts: dict) -> dict:
 
 
 def _check_resume_fields(expect: Expect) -> None:
-    from ddpfaults.judge.resume import CAUSES
+    from ddpfaults.judge.checks.resume import CAUSES
 
     if expect.resume_equivalent is not None and not isinstance(expect.resume_equivalent, bool):
         raise ScenarioError(f"expect: resume_equivalent must be True, False or None, got {expect.resume_equivalent!r}")
@@ -307,7 +307,7 @@ def _check_resume_fields(expect: Expect) -> None:
 
 
 def _resume_mismatches(expect: Expect, result: WorldResult) -> list[Mismatch]:
-    from ddpfaults.judge.resume import UNCHECKED
+    from ddpfaults.judge.checks.resume import UNCHECKED
 
     if not expect.checks_resume:
         return []
@@ -321,7 +321,7 @@ def _resume_mismatches(expect: Expect, result: WorldResult) -> list[Mismatch]:
         wanted["equivalent"] = None if expect.resume_cause in UNCHECKED else False
     if all(observed[k] == v for k, v in wanted.items()):
         return []
-    from ddpfaults.judge.resume import describe
+    from ddpfaults.judge.checks.resume import describe
 
     return [
         Mismatch(

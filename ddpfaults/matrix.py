@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ddpfaults.judge import fidelity
+from ddpfaults.judge.checks import fidelity
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
 
@@ -59,8 +59,8 @@ class Row:
 
 def run_case(case, options: RunSpec) -> Row:
     """Run one case and compare it with its expectation; measure how its verdict compares with the failure
-    (:mod:`ddpfaults.judge.fidelity`): the latency from the failure forming to the verdict, and whether the root-cause
-    rank and the first divergence are the ones expected."""
+    (:mod:`ddpfaults.judge.checks.fidelity`): the latency from the failure forming to the verdict, and whether the
+    root-cause rank and the first divergence are the ones expected."""
     started = time.monotonic()
     result = case.run(options)
     expect = case.expect

@@ -209,7 +209,7 @@ def _record(item, result, expectation=None):
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
     """The world's report as (first screen, with the replay line; [(section title, text)])."""
-    from ddpfaults.judge.render import report_parts
+    from ddpfaults.report.text import report_parts
 
     head, sections = report_parts(result)
     if result.replay and result.replay not in head:

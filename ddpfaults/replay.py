@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -82,3 +83,14 @@ def script_command(target, spec: RunSpec, faults: tuple, *, moved: bool, fresh: 
     what = f"-m {shlex.quote(target.module)}" if target.module else shlex.quote(path)
     argv = ["--", shlex.join(target.argv)] if target.argv else []
     return run_command(what, spec, [*where, "--step-clock", target.clock, *faults_option(faults), *argv])
+
+
+def describe_function(fn) -> str:
+    """``path/to/file.py:name`` (or ``module:name``) for reports and replay commands."""
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    path = getattr(module, "__file__", None)
+    name = getattr(fn, "__qualname__", repr(fn))
+    if path:
+        rel = os.path.relpath(path)
+        return f"{path if rel.startswith('..') else rel}:{name}"
+    return f"{getattr(fn, '__module__', '?')}:{name}"

@@ -30,7 +30,8 @@ from ddpfaults.errors import DDPFaultsError, ScenarioError
 from ddpfaults.expect import Expect
 from ddpfaults.faults import check_faults
 from ddpfaults.faults.base import check_plan
-from ddpfaults.judge.results import WorldResult, describe_function
+from ddpfaults.judge.results import WorldResult
+from ddpfaults.replay import describe_function
 from ddpfaults.spec import (
     SCENARIO,
     RunSpec,

@@ -5,8 +5,8 @@ rounds while ``K`` busy processes (hogs: ``while True`` loops started by this co
 Per case the command prints its verdict counts over the rounds and its mismatches against the ``Expect``, and
 flags every FLIP: a case whose observed verdict or root-cause rank changed from one round to the next. It also
 measures each case's fidelity, as papers on distributed hang detection publish it: the p50 and p99 time from the
-failure forming (a deadlock, or the first failure: :mod:`ddpfaults.judge.fidelity`) to the verdict, and in how many
-runs the root-cause rank and the first divergence were the expected ones (where the case expects a rank, a
+failure forming (a deadlock, or the first failure: :mod:`ddpfaults.judge.checks.fidelity`) to the verdict, and in how
+many runs the root-cause rank and the first divergence were the expected ones (where the case expects a rank, a
 collective). A run that
 mismatched or flipped prints its world's whole report as it happens (seed, replay command, every rank's error,
 stack and output), so a rare event can be read and replayed. The last

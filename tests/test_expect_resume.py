@@ -5,7 +5,7 @@ import pytest
 
 from ddpfaults import Expect
 from ddpfaults.errors import ScenarioError
-from ddpfaults.judge import resume
+from ddpfaults.judge.checks import resume
 
 
 @pytest.mark.parametrize(

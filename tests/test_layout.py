@@ -249,7 +249,7 @@ def test_no_import_cycle_counting_function_level_imports():
 def test_no_import_cycle_counting_type_checking_imports():
     """No cycle even counting the imports under ``if TYPE_CHECKING:``: two modules that name each other's types
     are one unit in two files (the judge's loop and its prover shared the observer protocol that way; it has a
-    module of its own, ddpfaults.judge.observer)."""
+    module of its own, ddpfaults.judge.live.observer)."""
     graph = _graph({"module", "function", "typing"})
     components = _strongly_connected(graph)
     assert not components, "import cycles (any level, TYPE_CHECKING too):\n" + _explain_cycles(graph, components)
@@ -335,6 +335,98 @@ def test_judge_never_imports_torch():
     functions included): judging a world is pure Python over the ranks' results."""
     bad = [i for i in package_imports() if _under(i.source, "ddpfaults.judge") and _under(i.raw, "torch")]
     assert not bad, "the judge imports torch:\n" + _listing(bad)
+
+
+#: the judge by role: what watches a running world, what checks a finished one after the fact; the rest of
+#: ddpfaults/judge/ is the pure verdict
+LIVE, CHECKS = "ddpfaults.judge.live", "ddpfaults.judge.checks"
+#: modules that read the clock, files, processes or the interpreter's state: none of them in the pure verdict
+IO_MODULES = (
+    "time", "datetime", "sys", "io", "pathlib", "glob", "shutil", "tempfile", "pickle", "linecache", "sysconfig",
+    "subprocess", "signal", "socket", "select", "selectors", "threading", "multiprocessing", "concurrent", "asyncio",
+    "fcntl", "mmap", "resource", "psutil",
+)  # fmt: skip
+#: what the pure verdict may use of ``os``: path strings, no file system and no working directory
+OS_STRINGS = {"os.sep", "os.path.basename", "os.path.dirname", "os.path.join", "os.path.split", "os.path.splitext"}
+BUILTIN_IO = ("open", "print", "input")
+
+
+def _pure_verdict() -> list[str]:
+    """The pure verdict's modules: ddpfaults.judge and its modules outside the live and after-the-fact packages."""
+    return [m for m in _package_files() if _under(m, "ddpfaults.judge") and not _under(m, LIVE, CHECKS)]
+
+
+def _io_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each use of ``os`` beyond :data:`OS_STRINGS` (the longest ``os.a.b`` chain counts) and each
+    call of a builtin of :data:`BUILTIN_IO` in ``tree``, in line order."""
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:
+            chain = ast.unparse(node)
+            if chain.startswith("os.") and chain not in OS_STRINGS:
+                found.append((node.lineno, chain))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").partition(".")[0] == "os":
+            found.append((node.lineno, f"from {node.module} import ..."))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BUILTIN_IO:
+            found.append((node.lineno, f"{node.func.id}(...)"))
+    return sorted(found)
+
+
+def test_pure_verdict_imports_nothing_live():
+    """The pure verdict (ddpfaults/judge/ outside live/ and checks/) imports nothing of ddpfaults.judge.live at any
+    level (module, function or TYPE_CHECKING): the loop, the prover and the watches call the verdict, never the other
+    way round."""
+    pure = set(_pure_verdict())
+    assert {"ddpfaults.judge.results", "ddpfaults.judge.verdict", "ddpfaults.judge.deadlock"} <= pure
+    bad = [i for i in package_imports() if i.source in pure and _under(i.target, LIVE)]
+    assert not bad, "the pure verdict imports the live judge:\n" + _listing(bad)
+
+
+def test_pure_verdict_imports_no_check_after_the_fact_and_no_report_at_module_level():
+    """The pure verdict imports nothing of ddpfaults.judge.checks (resume, recovery, fidelity) nor of
+    ddpfaults.report at module level: the checks read its results, the reports render them; ``WorldResult.report()``
+    imports the text renderer when called."""
+    pure = set(_pure_verdict())
+    bad = [
+        i
+        for i in package_imports()
+        if i.source in pure and i.kind == "module" and _under(i.target, CHECKS, "ddpfaults.report")
+    ]
+    assert not bad, "module-level imports the pure verdict must not make:\n" + _listing(bad)
+
+
+def test_pure_verdict_does_no_io():
+    """The pure verdict imports none of :data:`IO_MODULES` (clock, files, processes, threads, the interpreter's
+    state) at any level, uses ``os`` only for path strings (:data:`OS_STRINGS`) and calls no ``open``, ``print`` or
+    ``input``: it is functions over results. A module that needs I/O belongs with its reader (the live judge, a
+    check after the fact, a launcher)."""
+    pure = set(_pure_verdict())
+    bad = [i for i in package_imports() if i.source in pure and _under(i.raw, *IO_MODULES)]
+    assert not bad, "the pure verdict imports I/O modules:\n" + _listing(bad)
+    uses = [
+        f"  {path.relative_to(ROOT)}:{line}: {what}"
+        for name, path in _package_files().items()
+        if name in pure
+        for line, what in _io_uses(ast.parse(path.read_text()))
+    ]
+    assert not uses, "the pure verdict does I/O:\n" + "\n".join(uses)
+
+
+def test_the_io_finder_finds_planted_uses():
+    """The finder itself: file system, working directory and builtin I/O are found; path strings are not."""
+    planted = (
+        "os.path.relpath(p)\nos.sep + 'x'\nwith open(p) as f: pass\nos.environ.get('X')\nos.path.basename(p)\n"
+        "from os.path import exists\nprint(1)\n"
+    )
+    assert [line for line, _ in _io_uses(ast.parse(planted))] == [1, 3, 4, 6, 7]
+
+
+def test_checks_after_the_fact_import_nothing_live():
+    """ddpfaults.judge.checks (the checks of a finished world) imports nothing of ddpfaults.judge.live at any level:
+    they read a result, never a running world."""
+    bad = [i for i in package_imports() if _under(i.source, CHECKS) and _under(i.target, LIVE)]
+    assert not bad, "the after-the-fact checks import the live judge:\n" + _listing(bad)
 
 
 def test_faults_import_no_rank_engine_toy_or_torch_at_module_level():

@@ -18,12 +18,14 @@ from ddpfaults import errors, events, jobfiles
 from ddpfaults.engine import pool, restarts, world
 from ddpfaults.engine.folders import check_cwd
 from ddpfaults.faults import Plan, batches
-from ddpfaults.judge import flight, loop, recovery, resume
-from ddpfaults.judge.observer import Observer
-from ddpfaults.judge.results import WorldResult, describe_function
-from ddpfaults.judge.watch import RankWatch, cpu_seconds, main_thread, tail, telling_line
+from ddpfaults.judge.checks import recovery, resume
+from ddpfaults.judge.live import loop
+from ddpfaults.judge.live.observer import Observer
+from ddpfaults.judge.live.watch import RankWatch, cpu_seconds, main_thread, read_dump, tail, telling_line
+from ddpfaults.judge.results import WorldResult
 from ddpfaults.proc import tree
 from ddpfaults.rank.main import Job
+from ddpfaults.replay import describe_function
 from ddpfaults.spec import RunSpec, StopReason, check_call
 
 STACK_WAIT = 1.0  # seconds to wait for the ranks' faulthandler dumps
@@ -375,7 +377,7 @@ class LocalWorld(Observer):
 
     def flight_record(self, i: int) -> dict | None:
         """The rank's last flight-recorder dump in this job's directory."""
-        return flight.read_dump(self._path(i, "fr"))
+        return read_dump(self._path(i, "fr"))
 
     def reported(self, i: int) -> dict | None:
         """The result file the rank wrote before its end event."""

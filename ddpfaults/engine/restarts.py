@@ -6,7 +6,7 @@ reads the dead attempt's addresses, pytorch#135712), ``TORCHELASTIC_RESTART_COUN
 directory and files (a function world's ``ctx.shared_dir`` is kept across attempts). Faults act in the attempt they
 name (``attempt=0`` by default). The result is the last attempt's, with every attempt summarised in ``attempts``.
 With ``check_resume`` a world that was restarted runs again without faults, and the two runs' optimizer steps are
-compared (:mod:`ddpfaults.judge.resume`).
+compared (:mod:`ddpfaults.judge.checks.resume`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ddpfaults import engine
 from ddpfaults.errors import FaultError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan
-from ddpfaults.judge import resume
+from ddpfaults.judge.checks import resume
 from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
 
 #: the outcomes after which the world is restarted (a world still making progress at its timeout is not: a
@@ -106,10 +106,10 @@ def kept_dir(prefix: str, wanted: bool = True):
 
 
 def checking_resume(run: Callable[..., WorldResult], plan: Plan, spec) -> WorldResult:
-    """``run(plan)``'s result; with ``spec.check_resume``, the finding of :func:`ddpfaults.judge.resume.compare` in
-    its ``resume``: when it was restarted, ``run`` again without faults (the uninterrupted run), watching the
+    """``run(plan)``'s result; with ``spec.check_resume``, the finding of :func:`ddpfaults.judge.checks.resume.compare`
+    in its ``resume``: when it was restarted, ``run`` again without faults (the uninterrupted run), watching the
     parameters each attempt resumed with (``run(plan, resume_watch)``: where its optimizer and RNG states are
-    recorded); a run never restarted resumed nothing (:func:`~ddpfaults.judge.resume.not_resumed`)."""
+    recorded); a run never restarted resumed nothing (:func:`~ddpfaults.judge.checks.resume.not_resumed`)."""
     if not spec.check_resume:
         return run(plan)
     result = run(plan)

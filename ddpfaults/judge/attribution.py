@@ -10,7 +10,7 @@ first:
    unit made its usual ones (a rank that skipped a step's backward, or reduced one metric more);
 3. **faults**: the only group with ranks a fault of the plan fired on;
 4. **rank-conditional code**: the ranks standing inside a branch on their own rank (``if rank == 0:``,
-   ``is_main_process()``...: :mod:`ddpfaults.judge.branches`) while the others stand in none;
+   ``is_main_process()``...: :mod:`ddpfaults.judge.live.branches`) while the others stand in none;
 5. **majority**: a single smallest group.
 
 With none of these, no rank is named and the divergence says so.
@@ -22,7 +22,7 @@ import collections
 import dataclasses
 from dataclasses import dataclass
 
-from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState
 
 
@@ -181,8 +181,8 @@ def loop_exit(ranks: list[RankResult]) -> Evidence | None:
 
 def branch_evidence(ranks: list[RankResult], branches: dict | None) -> Evidence | None:
     """The ranks standing inside a branch on their own rank (evidence 4 of the module docstring; ``branches``:
-    :func:`ddpfaults.judge.branches.find`'s, rank to :class:`~ddpfaults.judge.branches.Branch`) when every other
-    rank stands in none, or None."""
+    :func:`ddpfaults.judge.live.branches.find`'s, rank to :class:`~ddpfaults.judge.live.branches.Branch`) when every
+    other rank stands in none, or None."""
     inside = sorted(r.rank for r in ranks if (branches or {}).get(r.rank) is not None)
     if not inside or len(inside) == len(ranks):
         return None

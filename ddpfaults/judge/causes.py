@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import Cause, RankResult, RankState
 
 _FAILED = (RankState.RAISED, RankState.DIED)

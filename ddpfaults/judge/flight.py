@@ -18,7 +18,6 @@ import bisect
 import functools
 import json
 import os
-import pickle
 import re
 
 from ddpfaults.events import MAKER_FRAMES, MAKERS, call_site, group_key, group_label
@@ -38,15 +37,6 @@ _MAKERS = tuple((piece.replace("/", os.sep) if piece else piece, name, maker) fo
 #: tracing wrappers is here
 _OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")
 _TRACING = f"{os.sep}ddpfaults{os.sep}rank{os.sep}tracing.py"
-
-
-def read_dump(path: str) -> dict | None:
-    """The unpickled dump at ``path`` (None if there is none or it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError):
-        return None
 
 
 @functools.lru_cache(maxsize=4096)

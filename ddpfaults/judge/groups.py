@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddpfaults.events import group_label
 from ddpfaults.judge.attribution import Evidence
-from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import Collective, RankResult
 
 #: gloo's timeout for a process group made without one (torch's default_pg_timeout), in minutes

@@ -1,18 +1,16 @@
 """Results are data: plain, serialisable objects describing a world and each of its ranks (their text is
-:mod:`ddpfaults.judge.render`'s)."""
+:mod:`ddpfaults.report.text`'s)."""
 
 from __future__ import annotations
 
 import enum
 import json
-import os
-import sys
 from dataclasses import FrozenInstanceError, InitVar, asdict, dataclass, field, fields
 from typing import Any
 
 from ddpfaults.errors import ConfigError
 from ddpfaults.events import SITELESS_MAKERS
-from ddpfaults.judge.render import format_ranks, render_world
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.spec import RunSpec
 
 
@@ -391,12 +389,12 @@ class WorldResult:
     warm: bool = False  # ran on a warm (reused) world
     reused: bool = False  # went back to the pool for the next run
     attempts: list[dict] = field(default_factory=list)  # a restarted world's attempts (ddpfaults.engine.restarts)
-    resume: dict | None = None  # the resume check's finding (ddpfaults.judge.resume)
-    preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.recovery)
+    resume: dict | None = None  # the resume check's finding (ddpfaults.judge.checks.resume)
+    preemption: dict | None = None  # what a Preempt did (ddpfaults.judge.checks.recovery)
     cause: Cause | None = None  # what ended the world when no rank's divergence did (ddpfaults.judge.causes)
     desync: Desync | None = None  # collectives paired across different steps (ddpfaults.judge.desync)
-    # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.resume.read), a
-    # restarted world's one such list per attempt (ddpfaults.engine.restarts)
+    # the resume check's records, kept out of the document: an attempt's per rank (ddpfaults.judge.checks.resume.read),
+    # a restarted world's one such list per attempt (ddpfaults.engine.restarts)
     resume_records: list | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self, *given):
@@ -466,7 +464,9 @@ class WorldResult:
 
     def report(self, *, output_lines: int = 15) -> str:
         """The human-readable report: verdict, per-rank table, root cause, stacks, output tails
-        (:func:`~ddpfaults.judge.render.render_world`)."""
+        (:func:`~ddpfaults.report.text.render_world`; imported here: the verdict's data does not depend on its text)."""
+        from ddpfaults.report.text import render_world
+
         return render_world(self, output_lines=output_lines)
 
     def __str__(self) -> str:
@@ -507,14 +507,3 @@ def _valid(name: str, value) -> bool:
     except (ConfigError, TypeError):
         return False
     return True
-
-
-def describe_function(fn) -> str:
-    """``path/to/file.py:name`` (or ``module:name``) for reports and replay commands."""
-    module = sys.modules.get(getattr(fn, "__module__", ""), None)
-    path = getattr(module, "__file__", None)
-    name = getattr(fn, "__qualname__", repr(fn))
-    if path:
-        rel = os.path.relpath(path)
-        return f"{path if rel.startswith('..') else rel}:{name}"
-    return f"{getattr(fn, '__module__', '?')}:{name}"

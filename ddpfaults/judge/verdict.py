@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ddpfaults.judge import seams
 from ddpfaults.judge.attribution import Evidence
-from ddpfaults.judge.render import format_ranks
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
     Cause,

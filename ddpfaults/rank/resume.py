@@ -14,9 +14,9 @@ compares them where a run resumed: the run without faults, which runs second, wa
 run with faults resumed with). When the job's function returns, a final record holds the state of every module it
 wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as
 :func:`values` (what tells a difference in the last bits from a real one). The judge compares an interrupted, resumed
-run's records with an uninterrupted run's (:mod:`ddpfaults.judge.resume`). Inert unless the job's spec asks for the
-check. A ``step()`` that learns nothing (:mod:`ddpfaults.rank.real_steps`: DCP building a fresh optimizer's state) is no
-step here.
+run's records with an uninterrupted run's (:mod:`ddpfaults.judge.checks.resume`). Inert unless the job's spec asks for
+the check. A ``step()`` that learns nothing (:mod:`ddpfaults.rank.real_steps`: DCP building a fresh optimizer's
+state) is no step here.
 """
 
 from __future__ import annotations

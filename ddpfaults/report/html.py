@@ -29,10 +29,9 @@ import os
 import re
 
 from ddpfaults.errors import ReportFileError
-from ddpfaults.judge.recovery import describe_preemption
-from ddpfaults.judge.render import describe_attempt
+from ddpfaults.judge.checks.recovery import describe_preemption
+from ddpfaults.judge.checks.resume import describe as describe_resume
 from ddpfaults.judge.results import Divergence, FiredFault, WorldResult
-from ddpfaults.judge.resume import describe as describe_resume
 from ddpfaults.report.document import (
     build_document,
     check_document,
@@ -42,6 +41,7 @@ from ddpfaults.report.document import (
 )
 from ddpfaults.report.html_assets import _CSS, _JS, _LEGEND
 from ddpfaults.report.lanes import Scale, call_text, esc, lane, short, ticks
+from ddpfaults.report.text import describe_attempt
 
 
 def render_html(document: dict) -> str:

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 
-from ddpfaults.judge.watch import main_thread
+from ddpfaults.judge.live.watch import main_thread
 from ddpfaults.proc import platform
 
 

@@ -29,10 +29,11 @@ import threading
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import loop, recovery
-from ddpfaults.judge.observer import Observer
+from ddpfaults.judge.checks import recovery
+from ddpfaults.judge.live import loop
+from ddpfaults.judge.live.observer import Observer
+from ddpfaults.judge.live.watch import RankWatch, main_thread, tail, telling_line
 from ddpfaults.judge.results import WorldResult
-from ddpfaults.judge.watch import RankWatch, main_thread, tail, telling_line
 from ddpfaults.spec import RunSpec, StopReason
 
 TICK = 0.05  # seconds between a rank's heartbeats, and between the judge's looks at the store
@@ -104,7 +105,8 @@ class StoreEventLog:
 
 
 class StoreRankWatch(RankWatch):
-    """The judge's view of one rank: :class:`~ddpfaults.judge.watch.RankWatch` fed from store chunks, plus liveness."""
+    """The judge's view of one rank: :class:`~ddpfaults.judge.live.watch.RankWatch` fed from store chunks, plus
+    liveness."""
 
     def __init__(self, rank: int):
         super().__init__(rank, "")

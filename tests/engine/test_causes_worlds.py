@@ -1,7 +1,7 @@
 """Culprits that name the cause, in real worlds at 2 and 4 ranks, scripts and rank functions alike: every rank
 raising the same error on its own, the scheduler preempting every rank, a DCP file one rank wrote torn that every
 rank fails to load (ddpfaults.judge.causes); code on rank 0 only named by the branch rank 0 stood in
-(ddpfaults.judge.branches); collectives paired across steps (ddpfaults.judge.desync)."""
+(ddpfaults.judge.live.branches); collectives paired across steps (ddpfaults.judge.desync)."""
 
 import os
 

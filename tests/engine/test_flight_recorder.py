@@ -11,7 +11,7 @@ import pytest
 import rankfns
 from ddpfaults import Outcome, run_world
 from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
-from ddpfaults.judge.render import report_parts
+from ddpfaults.report.text import report_parts
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
 

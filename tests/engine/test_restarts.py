@@ -11,7 +11,7 @@ import ddpfaults
 import restartfns
 from ddpfaults.engine import restarts
 from ddpfaults.faults import Preempt, RankKilled
-from ddpfaults.judge import resume
+from ddpfaults.judge.checks import resume
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.replay import world_command
 from ddpfaults.scenario import builtin_dir, load_function

@@ -13,7 +13,7 @@ import rankfns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine import pool
 from ddpfaults.engine.launcher import LocalWorld
-from ddpfaults.judge.watch import RankWatch
+from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.proc.tree import runnable
 from ddpfaults.spec import RunSpec
 

@@ -1,10 +1,10 @@
-"""Unit tests of ddpfaults.judge.branches (a rank's frames read against their source) and the attribution's
+"""Unit tests of ddpfaults.judge.live.branches (a rank's frames read against their source) and the attribution's
 rank-conditional evidence: hand-built rank results over a source file written for the test."""
 
 import textwrap
 
-from ddpfaults.judge import branches
 from ddpfaults.judge.attribution import attribute, branch_evidence, culprits
+from ddpfaults.judge.live import branches
 from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState
 
 SOURCE = textwrap.dedent(

@@ -1,11 +1,11 @@
-"""When a judged failure formed and how long the verdict took from there (ddpfaults.judge.fidelity: pure functions
-over hand-built results)."""
+"""When a judged failure formed and how long the verdict took from there (ddpfaults.judge.checks.fidelity: pure
+functions over hand-built results)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpfaults.judge.fidelity import divergence_matches, formed_at, settled_at, verdict_latency
+from ddpfaults.judge.checks.fidelity import divergence_matches, formed_at, settled_at, verdict_latency
 from ddpfaults.judge.results import Collective, Divergence, DivergenceGroup, Outcome, RankResult, RankState, WorldResult
 
 WALL0 = 1_795_000_000.0

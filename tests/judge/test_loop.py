@@ -1,4 +1,4 @@
-"""The judge loop's stop rules (ddpfaults.judge.loop.watch), on a scripted observer: no processes, a fake clock."""
+"""The judge loop's stop rules (ddpfaults.judge.live.loop.watch), on a scripted observer: no processes, a fake clock."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from ddpfaults.judge import loop
-from ddpfaults.judge.watch import RankWatch
+from ddpfaults.judge.live import loop
+from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import RunSpec, StopReason
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddpfaults.judge import recovery, resume
+from ddpfaults.judge.checks import recovery, resume
 from ddpfaults.judge.results import FiredFault, Outcome, RankResult, RankState, WorldResult
 
 

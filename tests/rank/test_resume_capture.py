@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy
 import torch
 
-from ddpfaults.judge.resume import relative_difference
+from ddpfaults.judge.checks.resume import relative_difference
 from ddpfaults.rank import resume, running
 from ddpfaults.rank.resume import rng_digests, values
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpfaults.judge.fidelity import formed_at, verdict_time
+from ddpfaults.judge.checks.fidelity import formed_at, verdict_time
 from ddpfaults.matrix import Row, run_case
 from ddpfaults.scenario import discover
 from ddpfaults.soak import Flip, Hogs, Totals, case_lines, percentile, summary_line, tally, totals, unusual_run

@@ -18,7 +18,7 @@ import math
 import os
 
 from ddpfaults import jobfiles
-from ddpfaults.judge import shared_files
+from ddpfaults.judge.checks import shared_files
 
 #: what a difference is put down to (a finding's ``cause``)
 CAUSES = (
@@ -353,7 +353,7 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
     the last bits: ``step``, ``ranks``, ``attempt``, ``relative_difference`` of the final state, at most
     :data:`RTOL`). ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per
     attempt. An uninterrupted run that loaded a file the interrupted run saved is not compared
-    (:func:`~ddpfaults.judge.shared_files.shared_file`): the finding is unchecked (``equivalent`` None), cause
+    (:func:`~ddpfaults.judge.checks.shared_files.shared_file`): the finding is unchecked (``equivalent`` None), cause
     ``shared_file``."""
     shared = shared_files.shared_file(baseline, attempts)
     if shared is not None:

@@ -1,5 +1,5 @@
 """Proving deadlocks as a world runs: each rank's standing read from its events, flight record and stack
-(:mod:`ddpfaults.judge.deadlock` does the proving), for the judge loop (:func:`ddpfaults.judge.loop.watch`).
+(:mod:`ddpfaults.judge.deadlock` does the proving), for the judge loop (:func:`ddpfaults.judge.live.loop.watch`).
 
 A proof rests on facts that cannot be undone, so the record read a moment late proves the same; what the events
 only suggest (a call may raise before it makes its collective; a rank's thread may still compute) is confirmed from
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from ddpfaults.judge import deadlock, p2p
 from ddpfaults.judge.deadlock import Op, Stand, Standing
+from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.judge.verdict import innermost_frame, is_collateral
-from ddpfaults.judge.watch import RankWatch
 from ddpfaults.spec import RunSpec
 
 if TYPE_CHECKING:
-    from ddpfaults.judge.observer import Observer
+    from ddpfaults.judge.live.observer import Observer
 
 PROOF_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # seconds between checks of a deadlock the ranks' events suggest
 UNTRACED_QUIET = 0.03  # seconds without an event before a rank's untraced wait (plain DDP's) is looked at

@@ -17,7 +17,7 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   (:attr:`StopReason.STARTUP`, ``spec.startup_limit``, at most the timeout) the ranks still starting are kept in
   ``observer.still_starting`` (the world then timed out; none: the ranks that never joined were idle: hung);
 - it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
-  collective a peer can never make (:mod:`ddpfaults.judge.prover`, :mod:`ddpfaults.judge.deadlock`);
+  collective a peer can never make (:mod:`ddpfaults.judge.live.prover`, :mod:`ddpfaults.judge.deadlock`);
 - in ``peer_failure="exit"`` mode it is *crashed* at once (:attr:`StopReason.ABANDONED`) when a rank failed and every
   live rank waits to join the process group: the failed rank never will;
 - ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down);
@@ -32,15 +32,17 @@ import pickle
 import time
 
 from ddpfaults import events
-from ddpfaults.judge import branches, flight
+from ddpfaults.judge import flight
 from ddpfaults.judge.attribution import attribute, culprits
 from ddpfaults.judge.causes import find_cause
 from ddpfaults.judge.desync import cross_step
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
-from ddpfaults.judge.observer import Observer
+from ddpfaults.judge.live import branches
+from ddpfaults.judge.live.observer import Observer
+from ddpfaults.judge.live.prover import Prover, abandoned, in_rendezvous
+from ddpfaults.judge.live.watch import frame_text, is_busy
 from ddpfaults.judge.p2p import p2p_finding, split_finding
-from ddpfaults.judge.prover import Prover, abandoned, in_rendezvous
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     decide,
@@ -49,7 +51,6 @@ from ddpfaults.judge.verdict import (
     mark_collateral,
     unfired_faults,
 )
-from ddpfaults.judge.watch import frame_text, is_busy
 from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet

@@ -1,31 +1,18 @@
 """A world's result as text: the report a terminal, a test failure and ``python -m ddpfaults run`` print.
 
 It reads the result types of :mod:`ddpfaults.judge.results` (a :class:`~ddpfaults.judge.results.WorldResult` and its
-ranks) by their fields and imports nothing of them: the results module renders through this one.
+ranks) by their fields and imports nothing of them: ``WorldResult.report()`` renders through this one, importing it
+when called (the verdict's data does not depend on its text).
 """
 
 from __future__ import annotations
 
 import re
 
-from ddpfaults.judge.recovery import describe_preemption
-from ddpfaults.judge.resume import describe as describe_resume
+from ddpfaults.judge.checks.recovery import describe_preemption
+from ddpfaults.judge.checks.resume import describe as describe_resume
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.replay import world_command
-
-
-def format_ranks(ranks) -> str:
-    """``rank 2`` / ``ranks 0, 1, 3`` / ``ranks 0-8, 10-15`` (runs of three or more collapsed)."""
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    runs, start = [], 0
-    for i in range(1, len(ranks) + 1):
-        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
-            run = ranks[start:i]
-            runs += [f"{run[0]}-{run[-1]}"] if len(run) > 2 else [str(r) for r in run]
-            start = i
-    return "ranks " + ", ".join(runs)
-
 
 _GLOO_PREFIX = re.compile(r"\[[^\]]*/gloo/[^\]]*\] ")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import time
 
@@ -204,3 +205,13 @@ class RankWatch:
     def open_buckets(self) -> list[dict]:
         """The "enter" events of the DDP gradient buckets (ctx.ddp's) this rank issued and that have not completed."""
         return [e for e in self.entered.values() if e.get("maker") == "ddp_bucket"]
+
+
+def read_dump(path: str) -> dict | None:
+    """A rank's flight-record dump, unpickled from ``path``, for :mod:`ddpfaults.judge.flight` (None if there is none or
+    it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None

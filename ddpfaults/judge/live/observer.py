@@ -1,12 +1,12 @@
 """How the judge sees a world's ranks: the :class:`Observer` protocol, one implementation per launcher (the local
 launcher's, :class:`ddpfaults.engine.launcher.LocalWorld`; torchrun's, :class:`ddpfaults.torchrun.store.StoreWorld`).
-The judge's loop (:mod:`ddpfaults.judge.loop`) and the deadlock prover (:mod:`ddpfaults.judge.prover`) both watch
-through it; it imports neither."""
+The judge's loop (:mod:`ddpfaults.judge.live.loop`) and the deadlock prover (:mod:`ddpfaults.judge.live.prover`) both
+watch through it; it imports neither."""
 
 from __future__ import annotations
 
 from ddpfaults.judge import deadlock
-from ddpfaults.judge.watch import RankWatch
+from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import StopReason
 
 
