@@ -29,7 +29,7 @@ def _no_culprit(result, kind):
 def test_every_rank_raising_a_gpu_call_on_its_own_is_a_common_cause(world_size):
     script = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--steps", "2"], world_size=world_size, timeout=90)
     _no_culprit(script, "common_error")
-    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:23 in main"), script.report()
+    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:31 in main"), script.report()
     function = run_world(gpu_call_on_cpu, world_size=world_size, timeout=90)
     _no_culprit(function, "common_error")
     assert function.root_cause.startswith(f"every rank raised {CUDA} at causefns.py:13 in gpu_call_on_cpu at step 1")
@@ -40,6 +40,17 @@ def test_ddp_given_device_ids_on_every_rank_is_one_common_error_whose_messages_d
     _no_culprit(result, "common_error")
     assert "ValueError: DistributedDataParallel device_ids" in result.root_cause
     assert "the others' differ only in numbers" in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_rank_still_joining_when_the_others_failed_is_waited_for_and_fails_the_same_way(world_size):
+    # as on a loaded machine: the last rank computes inside init_process_group after gloo connected it while the
+    # others already joined and raised; it can still join (the store is the launcher's), and it raises the same
+    slow = world_size - 1
+    argv = ["--error", "device_ids", "--slow-joiner", str(slow), "--busy", "1.5"]
+    result = run_script(os.path.join(SCRIPTS, "common_error.py"), argv, world_size=world_size, timeout=90)
+    _no_culprit(result, "common_error")
+    assert result.ranks[slow].failed_at > max(r.failed_at for r in result.ranks[:slow]), result.report()
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

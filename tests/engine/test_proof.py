@@ -13,6 +13,7 @@ import rankfns
 from ddpfaults import Outcome, RankState, run_script, run_world
 from ddpfaults.engine import census
 from ddpfaults.faults import SkippedCollective, SlowLink
+from ddpfaults.judge.live.loop import ABANDON_QUIET
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 STALL, TIMEOUT = 10.0, 40.0  # nothing here may wait for the stall rule
@@ -126,7 +127,7 @@ def test_a_script_rank_that_raises_while_a_peer_still_joins_is_a_crash_on_that_r
         if r != fail:
             assert result.ranks[r].state == RankState.BLOCKED and "init_process_group" in result.ranks[r].where
     # judged once the late rank was waiting to join too, not a stall window later
-    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT, result.events
+    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT + ABANDON_QUIET, result.events
     _no_survivors(result)
 
 
@@ -147,7 +148,7 @@ def test_a_rank_whose_job_fails_before_its_group_is_made_is_a_crash_on_that_rank
     assert result.outcome == Outcome.CRASHED, result.report()
     assert result.root_rank == fail and "found no data" in result.root_cause
     assert result.reason.startswith("a rank failed while the others still waited to join the process group")
-    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT, result.events
+    assert 0 <= _event(result, "verdict")["t"] - _joined_late(result, late) < PROMPT + ABANDON_QUIET, result.events
 
 
 @pytest.mark.parametrize("world_size, fail, late", [(4, 1, 2), (2, 1, 0)])

@@ -18,8 +18,9 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   ``observer.still_starting`` (the world then timed out; none: the ranks that never joined were idle: hung);
 - it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
   collective a peer can never make (:mod:`ddpfaults.judge.live.prover`, :mod:`ddpfaults.judge.deadlock`);
-- in ``peer_failure="exit"`` mode it is *crashed* at once (:attr:`StopReason.ABANDONED`) when a rank failed and every
-  live rank waits to join the process group: the failed rank never will;
+- in ``peer_failure="exit"`` mode it is *crashed* (:attr:`StopReason.ABANDONED`) when a rank failed and every live
+  rank waits to join the process group, the failed rank never will, and those ranks are seen waiting
+  (:class:`QuietRendezvous`): a rank still running its own code there may yet fail on its own;
 - ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down);
 - when the first rank is seen failed or dead, every live rank's stack is taken: the survivors of a crash
   are shown where they stood when it happened.
@@ -56,6 +57,8 @@ from ddpfaults.spec import RunSpec, StopReason
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
 RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
+ABANDON_QUIET = 0.5  # seconds the ranks left in an abandoned rendezvous must be seen idle before the verdict
+IDLE_CPU = 0.05  # the share of a core a main thread that waits may use (polling a FileStore); more is computing
 _PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
 
@@ -65,6 +68,7 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
     failure_seen = False
     prover = Prover(observer, spec)
     window = CpuWindow(observer)
+    rendezvous = QuietRendezvous(observer)
     while True:
         quiet = time.monotonic() - max(w.last_progress for w in observer.watches)
         observer.poll(min(POLL_MAX, max(POLL_MIN, quiet / 20)))
@@ -82,9 +86,11 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen
             observer.collect_stacks(live)
         if spec.peer_failure == "exit" and abandoned(observer, live, now):
-            if not just_failed:
+            if rendezvous.idle(live, now):
                 observer.collect_stacks(live)
-            return StopReason.ABANDONED
+                return StopReason.ABANDONED
+        else:
+            rendezvous.idle_since = None
         starting = _starting(observer, now)
         if starting and now - observer.t0 >= spec.startup_limit:
             stop = StopReason.STARTUP
@@ -135,6 +141,31 @@ class CpuWindow:
     def ran(self, indices: list[int]) -> list[int]:
         """The ranks among ``indices`` whose main thread used CPU since the sample."""
         return [i for i in indices if i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]]
+
+
+class QuietRendezvous:
+    """Whether the ranks left in an abandoned rendezvous wait, or still run their own code: a rank that has not
+    joined may be doing what its failed peer did (connecting to the store, building the backend), and fail the same
+    way on its own. They wait once none of them has been runnable at any look for :data:`ABANDON_QUIET` and their
+    main threads used less than :data:`IDLE_CPU` of a core meanwhile (a rank blocked on a peer's address in a
+    TCPStore uses none; one polling a FileStore, a little)."""
+
+    def __init__(self, observer: Observer):
+        self.observer = observer
+        self.idle_since: float | None = None
+        self.cpu: dict[int, float] = {}
+
+    def idle(self, live: list[int], now: float) -> bool:
+        """True once the ``live`` ranks have been idle for :data:`ABANDON_QUIET`."""
+        if self.idle_since is not None and not _any_runnable(self.observer, live):
+            if now - self.idle_since < ABANDON_QUIET:
+                return False
+            used = max((self.observer.cpu(i, main=True) or 0.0) - self.cpu.get(i, 0.0) for i in live)
+            if used <= IDLE_CPU * (now - self.idle_since):
+                return True
+        self.idle_since = now
+        self.cpu = {i: self.observer.cpu(i, main=True) or 0.0 for i in live}
+        return False
 
 
 def _starting(observer: Observer, now: float) -> bool:
