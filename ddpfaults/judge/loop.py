@@ -17,7 +17,7 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   (:attr:`StopReason.STARTUP`, ``spec.startup_limit``, at most the timeout) the ranks still starting are kept in
   ``observer.still_starting`` (the world then timed out; none: the ranks that never joined were idle: hung);
 - it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
-  collective a peer can never make (:mod:`ddpfaults.judge.prover`, :mod:`ddpfaults.judge.deadlock`);
+  collective, send or receive a peer can never make (:mod:`ddpfaults.judge.prover`, :mod:`ddpfaults.judge.deadlock`);
 - in ``peer_failure="exit"`` mode it is *crashed* at once (:attr:`StopReason.ABANDONED`) when a rank failed and every
   live rank waits to join the process group: the failed rank never will;
 - ``timeout`` is the hard cap; an observer may also ask to stop (torchrun's agent tearing the world down);

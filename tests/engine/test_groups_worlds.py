@@ -5,7 +5,7 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import groups_in_order, mesh_2d, pipeline, subgroups
+from groupfns import crossed_waits, groups_in_order, mesh_2d, pipeline, subgroups
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -85,3 +85,38 @@ def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_o
     assert result.root_rank is None, result.report()
     assert "rank 0 blocked (in send([8]) [to rank 1]" in result.root_cause
     assert "rank 1 blocked (in send([8]) [to rank 0]" in result.root_cause
+
+
+def test_ranks_waiting_across_groups_for_each_other_are_a_proved_deadlock():
+    """One wait-for graph across groups: rank 0 waits in its tp all_reduce for rank 1, which waits in its dp
+    barrier for rank 3, which waits in tp for rank 2, which waits in dp for rank 0; proved from the groups' counts
+    (confirmed by the flight records) well before the stall window."""
+    result = run_world(crossed_waits, world_size=4, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert (
+        "rank 0 waits in collective #2 (all_reduce) of process group tp of ranks 0, 1, which rank 1 never makes (it "
+        "is stuck in collective #2 (barrier) of process group dp of ranks 1, 3)"
+    ) in result.reason, result.reason
+    assert (
+        "rank 2 waits in collective #2 (barrier) of process group dp of ranks 0, 2, which rank 0 never makes (it is "
+        "stuck in collective #2 (all_reduce) of process group tp of ranks 0, 1)"
+    ) in result.reason, result.reason
+
+
+def test_groups_used_in_the_same_order_complete():
+    result = run_world(crossed_waits, world_size=4, kwargs={"crossed": False}, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+
+
+def test_a_receive_waiting_on_a_rank_in_a_collective_is_a_proved_deadlock():
+    """A send or receive and a collective in one graph: rank 0 receives before the world's barrier, rank 1 sends
+    only after it."""
+    result = run_world(crossed_waits, world_size=2, kwargs={"mixed": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert "rank 0 waits in its recv #1 from rank 1, which rank 1 never sends (it is stuck in collective" in (
+        result.reason
+    ), result.reason
+    assert "(barrier), which rank 0 never makes (it is stuck in its recv #1 from rank 1)" in result.reason

@@ -84,3 +84,41 @@ def pipeline(ctx, short_stage=None, microbatches=3, steps=2, both_send_first=Fal
             if rank < size - 1 and m < forwarded:
                 dist.send(x + 1, dst=rank + 1)
     return rank
+
+
+def crossed_waits(ctx, crossed=True, mixed=False, steps=2):
+    """The dp x tp layout of :func:`groups_in_order` at 4 ranks, made in the same order by every rank: each step
+    all_reduces in the rank's tp group and then makes a barrier in its dp group; with ``crossed``, ranks 1 and 2 make
+    the dp barrier first at step 1: rank 0 waits in tp for rank 1, which waits in dp for rank 3, which waits in tp
+    for rank 2, which waits in dp for rank 0. ``mixed`` (2 ranks): rank 0 receives from rank 1 before a barrier of
+    the world, and rank 1 sends only after it."""
+    rank, size = ctx.rank, dist.get_world_size()
+    if mixed:
+        x = torch.ones(8)
+        if rank == 0:
+            dist.recv(x, src=1)
+            dist.barrier()
+        else:
+            dist.barrier()
+            dist.send(x, dst=0)
+        return float(x.sum())
+    half = size // 2
+    mine = {}
+    for dim, layout in (
+        ("dp", [[r, r + half] for r in range(half)]),
+        ("tp", [list(range(half)), list(range(half, size))]),
+    ):
+        for ranks in layout:
+            group = dist.new_group(ranks, group_desc=dim)
+            if rank in ranks:
+                mine[dim] = group
+    t = torch.ones(4)
+    for step in range(steps):
+        ctx.step(step)
+        if crossed and step == 1 and rank in (1, 2):
+            dist.barrier(group=mine["dp"])
+            dist.all_reduce(t, group=mine["tp"])
+        else:
+            dist.all_reduce(t, group=mine["tp"])
+            dist.barrier(group=mine["dp"])
+    return float(t.sum())
