@@ -5,7 +5,7 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import crossed_waits, groups_in_order, mesh_2d, pipeline, subgroups
+from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -120,3 +120,19 @@ def test_a_receive_waiting_on_a_rank_in_a_collective_is_a_proved_deadlock():
         result.reason
     ), result.reason
     assert "(barrier), which rank 0 never makes (it is stuck in its recv #1 from rank 1)" in result.reason
+
+
+def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank():
+    """``send(group_dst=1, group=g)`` in the group of ranks 2 and 3 goes to global rank 3: the tracing records the
+    peer's global rank, so the pair (2, 3) is matched, the deadlock proved and rank 2 named (not ranks 0 and 1)."""
+    result = run_world(group_pipeline, world_size=4, kwargs={"short": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert "rank 3 waits in its recv #3 from rank 2, which rank 2 never sends (it finished after 2 send(s)" in (
+        result.reason
+    ), result.reason
+    assert result.root_rank == 2, result.report()
+    assert "rank 2 sent 2 message(s) to rank 3" in result.root_cause, result.report()
+    assert result.ranks[3].where.startswith("in recv([8]) [from rank 2; process group of ranks 2, 3]"), result.report()
+    complete = run_world(group_pipeline, world_size=4, timeout=120)
+    assert complete.outcome == Outcome.COMPLETED and complete.divergence is None, complete.report()

@@ -122,3 +122,18 @@ def crossed_waits(ctx, crossed=True, mixed=False, steps=2):
             dist.all_reduce(t, group=mine["tp"])
             dist.barrier(group=mine["dp"])
     return float(t.sum())
+
+
+def group_pipeline(ctx, short=False, microbatches=3):
+    """A two-stage pipeline inside the subgroup of ranks 2 and 3 (every rank makes it), addressed by group rank
+    (``group_dst``/``group_src``, torch >= 2.6): stage 0 (rank 2) sends ``microbatches`` to stage 1 (rank 3), one
+    fewer with ``short``; ranks 0 and 1 only make the group."""
+    rank = ctx.rank
+    stages = dist.new_group([2, 3])
+    x = torch.ones(8)
+    for m in range(microbatches - 1 if short and rank == 2 else microbatches):
+        if rank == 2:
+            dist.send(x * m, group_dst=1, group=stages)
+        elif rank == 3:
+            dist.recv(x, group_src=0, group=stages)
+    return float(x.sum())
