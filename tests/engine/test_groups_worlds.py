@@ -5,7 +5,8 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups
+from ddpfaults.faults import RankKilled
+from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups, torch_pipeline
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -136,3 +137,19 @@ def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank()
     assert result.ranks[3].where.startswith("in recv([8]) [from rank 2; process group of ranks 2, 3]"), result.report()
     complete = run_world(group_pipeline, world_size=4, timeout=120)
     assert complete.outcome == Outcome.COMPLETED and complete.divergence is None, complete.report()
+
+
+@pytest.mark.slow
+def test_torch_pipelining_runs_on_gloo_and_a_killed_stage_is_named():
+    """torch.distributed.pipelining (PipelineStage + ScheduleGPipe, 2 stages) runs on gloo CPU: completed with no
+    divergence (its isend/irecv matched pair by pair); a stage killed at step 1 is the crash's root cause and its
+    peer's error collateral. Slow: each rank imports torch.distributed.pipelining (5-25 s of a loaded machine)."""
+    complete = run_world(torch_pipeline, world_size=2, timeout=240)
+    assert complete.outcome == Outcome.COMPLETED, complete.report()
+    assert complete.divergence is None, complete.report()
+    assert any(c.op == "isend" for c in complete.ranks[0].collectives), complete.report()
+    killed = run_world(torch_pipeline, world_size=2, faults=[RankKilled(rank=1, step=1)], timeout=240)
+    assert killed.outcome == Outcome.CRASHED, killed.report()
+    assert killed.root_rank == 1, killed.report()
+    assert "rank 1 was killed by SIGKILL" in killed.root_cause, killed.report()
+    assert killed.ranks[0].collateral, killed.report()

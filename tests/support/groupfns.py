@@ -137,3 +137,29 @@ def group_pipeline(ctx, short=False, microbatches=3):
         elif rank == 3:
             dist.recv(x, group_src=0, group=stages)
     return float(x.sum())
+
+
+def torch_pipeline(ctx, short_step=None, steps=3):
+    """``torch.distributed.pipelining`` at 2 ranks: a two-stage ``PipelineStage`` run by ``ScheduleGPipe``, 3 rows a
+    microbatch; step 0 runs a schedule of 3 microbatches and one of 4 on both stages (each schedule's first step
+    exchanges shapes), later steps the one of 4; at ``short_step`` stage 0 feeds the schedule of 3 (a microbatch
+    fewer) while stage 1 still expects 4."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 8)
+    stage = PipelineStage(layer, ctx.rank, 2, torch.device("cpu"))
+
+    def loss(out, target):
+        return ((out - target) ** 2).mean()
+
+    schedules = {n: ScheduleGPipe(stage, n_microbatches=n, loss_fn=loss) for n in (3, 4)}
+    for step in range(steps):
+        ctx.step(step)
+        short = ctx.rank == 0 and step == short_step
+        for n in (3, 4) if step == 0 else (3,) if short else (4,):
+            if ctx.rank == 0:
+                schedules[n].step(torch.randn(3 * n, 8))
+            else:
+                schedules[n].step(target=torch.randn(3 * n, 8), losses=[])
+    return float(layer.weight.sum())
