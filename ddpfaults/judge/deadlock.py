@@ -8,18 +8,21 @@ broadcast and scatter) can therefore never complete when that peer will never is
 with the same number: either it will never issue that many collectives (it finished, or is itself stuck before
 them), or its collective of that number is of another kind (it reads another slot).
 
-:func:`prove` starts from the ranks that will never issue another collective (those that ended and keep their
-process and connections open: a finished rank waiting for the verdict, a failed one lingering) and the known kinds
-of the ranks' collectives, and finds, until nothing changes, the ranks whose main thread waits in a collective that
-can never complete: each is stuck for good, so it too will issue no further collective. The world is proved
-deadlocked when every rank that is still running is stuck. Every step is a consequence of facts that cannot be
-undone (a rank issued collective N of kind K; a rank's process lives on without issuing more), so a proof made from
-a record read a moment late is still true. A rank that may still act — running outside any collective, starting,
-gone (its peers will hear that its connections closed) or whose wait is unknown — leaves the world unproved: the
-stall rule judges it.
+:func:`prove` takes every waiting rank as stuck and lets go, until nothing changes, of each whose waits all have
+every needed peer able to get there: a peer that ended (it keeps its process and connections open: a finished rank
+waiting for the verdict, a failed one lingering) or that is still taken as stuck, having made fewer collectives of
+that group than the wait's number, never will; nor will one that made another kind with that number. The ranks left
+wait on one another, or on ranks that ended, and none can leave its wait before another of them does: each is stuck
+for good. The world is proved deadlocked when every rank that is still running is stuck. Every step is a consequence
+of facts that cannot be undone (a rank issued collective N of kind K; a rank's process lives on without issuing
+more), so a proof made from a record read a moment late is still true. A rank that may still act — running outside
+any collective, starting, gone (its peers will hear that its connections closed) or whose wait is unknown — leaves
+the world unproved: the stall rule judges it.
 
-Collective numbers are the default group's, as torch's flight recorder counts them; 0 is the process group's own
-rendezvous (``init_process_group``), which needs every rank.
+Collective numbers are each process group's, as torch's flight recorder counts them (gloo's numbering, the same on
+every member); 0 is the default group's own rendezvous (``init_process_group``), which needs every rank. Every group a
+rank waits in, and its blocking sends and receives (matched pair by pair, by each pair's count), make one wait-for
+graph: a rank in a tp all_reduce waits for a peer that may be stuck in a dp barrier or a receive.
 """
 
 from __future__ import annotations
