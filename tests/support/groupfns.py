@@ -1,6 +1,8 @@
 """Rank functions with process groups beyond the default one, pickled into ranks by the tests (a 2-D mesh, subgroups
 made in a chosen order)."""
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -86,12 +88,13 @@ def pipeline(ctx, short_stage=None, microbatches=3, steps=2, both_send_first=Fal
     return rank
 
 
-def crossed_waits(ctx, crossed=True, mixed=False, steps=2):
+def crossed_waits(ctx, crossed=True, mixed=False, steps=2, late_rank=None):
     """The dp x tp layout of :func:`groups_in_order` at 4 ranks, made in the same order by every rank: each step
     all_reduces in the rank's tp group and then makes a barrier in its dp group; with ``crossed``, ranks 1 and 2 make
     the dp barrier first at step 1: rank 0 waits in tp for rank 1, which waits in dp for rank 3, which waits in tp
     for rank 2, which waits in dp for rank 0. ``mixed`` (2 ranks): rank 0 receives from rank 1 before a barrier of
-    the world, and rank 1 sends only after it."""
+    the world, and rank 1 sends only after it. ``late_rank`` sleeps 1.5 s before its step-1 collectives (its peers
+    wait for it in their groups, and it comes)."""
     rank, size = ctx.rank, dist.get_world_size()
     if mixed:
         x = torch.ones(8)
@@ -115,6 +118,8 @@ def crossed_waits(ctx, crossed=True, mixed=False, steps=2):
     t = torch.ones(4)
     for step in range(steps):
         ctx.step(step)
+        if step == 1 and rank == late_rank:
+            time.sleep(1.5)
         if crossed and step == 1 and rank in (1, 2):
             dist.barrier(group=mine["dp"])
             dist.all_reduce(t, group=mine["tp"])
