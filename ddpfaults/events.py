@@ -32,6 +32,7 @@ KINDS: dict[str, frozenset] = {
             "maker",
             "batch",
             "pg_seq",
+            "group_seq",
             "async",
             "root",
             "thread",

@@ -463,7 +463,8 @@ class StopReason(str, enum.Enum):
         return {
             StopReason.ENDED: "every rank finished or failed",
             StopReason.STALL: f"no progress for {spec.stall:g} s and every live rank waiting on its peers",
-            StopReason.PROVEN: "deadlock proved: every live rank waits in a collective that a peer can never make",
+            StopReason.PROVEN: "deadlock proved: every live rank waits in a collective, send or receive that a peer "
+            "can never make",
             StopReason.ABANDONED: "a rank failed while the others still waited to join the process group, which "
             "they never can (peer_failure='exit': its process ends)",
             StopReason.STARTUP: f"start-up not finished after {spec.startup_limit:g} s (not every rank joined the "

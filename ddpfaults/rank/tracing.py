@@ -19,7 +19,7 @@ import torch.distributed.distributed_c10d as c10d
 from ddpfaults import events
 from ddpfaults.faults.step import COLLECTIVE_OPS
 from ddpfaults.rank import effects, running, torch_private
-from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering
+from ddpfaults.rank.context import _is_default, _local, call_site, default_group_seq, entering, group_seq
 
 #: blocking torch.distributed.Store methods traced as waits on peers (not collectives)
 TRACED_STORE_WAITS = ("wait", "get")
@@ -54,8 +54,9 @@ def _signature(original) -> inspect.Signature | None:
 
 def _call_facts(original, args, kwargs) -> dict:
     """What the deadlock proof needs of a traced collective call: ``pg_seq`` (the default group's collective count
-    before it; only for a call on the default group), ``async`` (it returns without waiting), ``root`` (the source or
-    destination rank of a rooted collective) and ``thread`` (the calling thread, when it is not the main thread)."""
+    before it), ``group_seq`` (for a call on another group, that group's), ``async`` (it returns without waiting),
+    ``root`` (the global rank of a rooted collective's source or destination, a send's or receive's peer) and
+    ``thread`` (the calling thread, when it is not the main thread)."""
     facts = {}
     if threading.current_thread() is not threading.main_thread():
         facts["thread"] = threading.get_ident()
@@ -75,14 +76,27 @@ def _call_facts(original, args, kwargs) -> dict:
             ]
         except (TypeError, ValueError):
             pass
-    roots = [arguments[name] for name in _ROOTS if arguments.get(name) is not None]
-    if roots and isinstance(roots[0], int):
-        facts["root"] = roots[0]
-    if bound is not None and _is_default(arguments.get("group")):
+    roots = [name for name in _ROOTS if arguments.get(name) is not None]
+    if roots and isinstance(arguments[roots[0]], int):
+        facts["root"] = _global_rank(arguments.get("group"), arguments[roots[0]], roots[0].startswith("group_"))
+    if bound is not None:
         facts["pg_seq"] = default_group_seq()
-    elif bound is not None:
+    if bound is not None and not _is_default(arguments.get("group")):
         facts.update(group_facts(arguments.get("group")))
+        if "group" in facts:
+            facts["group_seq"] = group_seq(arguments.get("group"))
     return facts
+
+
+def _global_rank(group, rank: int, in_group: bool) -> int:
+    """The global rank of a call's peer or root: ``group_dst``/``group_src`` (``in_group``) name a rank of ``group``,
+    translated as torch does; ``dst``/``src`` are global already (a rank torch cannot translate is kept as given)."""
+    if not in_group or _is_default(group):
+        return rank
+    try:
+        return int(dist.get_global_rank(group, rank))
+    except (ValueError, RuntimeError, TypeError, KeyError):
+        return rank
 
 
 def group_facts(group) -> dict:

@@ -5,7 +5,8 @@ its tp group is named in that group."""
 import pytest
 
 from ddpfaults import Outcome, run_world
-from groupfns import groups_in_order, mesh_2d, pipeline, subgroups
+from ddpfaults.faults import RankKilled
+from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups, torch_pipeline
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
@@ -85,3 +86,74 @@ def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_o
     assert result.root_rank is None, result.report()
     assert "rank 0 blocked (in send([8]) [to rank 1]" in result.root_cause
     assert "rank 1 blocked (in send([8]) [to rank 0]" in result.root_cause
+
+
+def test_ranks_waiting_across_groups_for_each_other_are_a_proved_deadlock():
+    """One wait-for graph across groups: rank 0 waits in its tp all_reduce for rank 1, which waits in its dp
+    barrier for rank 3, which waits in tp for rank 2, which waits in dp for rank 0; proved from the groups' counts
+    (confirmed by the flight records) well before the stall window."""
+    result = run_world(crossed_waits, world_size=4, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert (
+        "rank 0 waits in collective #2 (all_reduce) of process group tp of ranks 0, 1, which rank 1 never makes (it "
+        "is stuck in collective #2 (barrier) of process group dp of ranks 1, 3)"
+    ) in result.reason, result.reason
+    assert (
+        "rank 2 waits in collective #2 (barrier) of process group dp of ranks 0, 2, which rank 0 never makes (it is "
+        "stuck in collective #2 (all_reduce) of process group tp of ranks 0, 1)"
+    ) in result.reason, result.reason
+
+
+@pytest.mark.parametrize("late_rank", [None, 1])
+def test_groups_used_in_the_same_order_complete(late_rank):
+    """No false proof: with rank 1 asleep before its step-1 collectives, ranks 0 and 3 wait in tp and rank 2 in dp
+    (behind rank 0) for it; it may still act, so nothing is proved, and it comes (the stall window is longer)."""
+    kwargs = {"crossed": False, "late_rank": late_rank}
+    result = run_world(crossed_waits, world_size=4, kwargs=kwargs, stall=10.0, timeout=120)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None, result.report()
+
+
+def test_a_receive_waiting_on_a_rank_in_a_collective_is_a_proved_deadlock():
+    """A send or receive and a collective in one graph: rank 0 receives before the world's barrier, rank 1 sends
+    only after it."""
+    result = run_world(crossed_waits, world_size=2, kwargs={"mixed": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert "rank 0 waits in its recv #1 from rank 1, which rank 1 never sends (it is stuck in collective" in (
+        result.reason
+    ), result.reason
+    assert "(barrier), which rank 0 never makes (it is stuck in its recv #1 from rank 1)" in result.reason
+
+
+def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank():
+    """``send(group_dst=1, group=g)`` in the group of ranks 2 and 3 goes to global rank 3: the tracing records the
+    peer's global rank, so the pair (2, 3) is matched, the deadlock proved and rank 2 named (not ranks 0 and 1)."""
+    result = run_world(group_pipeline, world_size=4, kwargs={"short": True}, stall=30.0, timeout=120)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert "rank 3 waits in its recv #3 from rank 2, which rank 2 never sends (it finished after 2 send(s)" in (
+        result.reason
+    ), result.reason
+    assert result.root_rank == 2, result.report()
+    assert "rank 2 sent 2 message(s) to rank 3" in result.root_cause, result.report()
+    assert result.ranks[3].where.startswith("in recv([8]) [from rank 2; process group of ranks 2, 3]"), result.report()
+    complete = run_world(group_pipeline, world_size=4, timeout=120)
+    assert complete.outcome == Outcome.COMPLETED and complete.divergence is None, complete.report()
+
+
+@pytest.mark.slow
+def test_torch_pipelining_runs_on_gloo_and_a_killed_stage_is_named():
+    """torch.distributed.pipelining (PipelineStage + ScheduleGPipe, 2 stages) runs on gloo CPU: completed with no
+    divergence (its isend/irecv matched pair by pair); a stage killed at step 1 is the crash's root cause and its
+    peer's error collateral. Slow: each rank imports torch.distributed.pipelining (5-25 s of a loaded machine)."""
+    complete = run_world(torch_pipeline, world_size=2, timeout=240)
+    assert complete.outcome == Outcome.COMPLETED, complete.report()
+    assert complete.divergence is None, complete.report()
+    assert any(c.op == "isend" for c in complete.ranks[0].collectives), complete.report()
+    killed = run_world(torch_pipeline, world_size=2, faults=[RankKilled(rank=1, step=1)], timeout=240)
+    assert killed.outcome == Outcome.CRASHED, killed.report()
+    assert killed.root_rank == 1, killed.report()
+    assert "rank 1 was killed by SIGKILL" in killed.root_cause, killed.report()
+    assert killed.ranks[0].collateral, killed.report()

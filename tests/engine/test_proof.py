@@ -44,7 +44,7 @@ def test_a_rank_that_finished_one_collective_short_is_a_deadlock_proved_at_once(
     assert result.outcome == Outcome.HUNG, result.report()
     waiting = [r for r in range(world_size) if r != skipper]
     assert result.reason == (
-        "deadlock proved: every live rank waits in a collective that a peer can never make: "
+        "deadlock proved: every live rank waits in a collective, send or receive that a peer can never make: "
         f"rank {skipper} finished; {'ranks 0, 1, 3 wait' if world_size == 4 else 'rank 0 waits'} in collective #4 "
         f"(all_reduce), which rank {skipper} never makes (it finished after its collective #3)"
     )

@@ -3,7 +3,7 @@ world that may still move is left to the stall rule."""
 
 from __future__ import annotations
 
-from ddpfaults.judge.deadlock import Op, Stand, Standing, family, needed_peers, prove, record
+from ddpfaults.judge.deadlock import P2P, Op, Stand, Standing, family, needed_peers, prove, record, records
 
 ENDED, WAITING, FREE = Stand.ENDED, Stand.WAITING, Stand.FREE
 
@@ -158,3 +158,138 @@ def test_a_flight_record_gives_the_default_groups_count_and_kinds():
     assert found.threads == {7: "11", 8: "12"}
     assert record(None) is None and record({}) is None
     assert record({"pg_status": {}, "entries": []}).issued is None
+
+
+TP = {0: ("0,1", (0, 1)), 1: ("0,1", (0, 1)), 2: ("2,3", (2, 3)), 3: ("2,3", (2, 3))}
+DP = {0: ("0,2", (0, 2)), 1: ("1,3", (1, 3)), 2: ("0,2", (0, 2)), 3: ("1,3", (1, 3))}
+
+
+def in_group(rank, layout, number, kind, desc):
+    key, members = layout[rank]
+    return Op(number, kind, group=key, members=members, desc=desc)
+
+
+def waiting_in(rank, op, counts, issued=4, **more):
+    return Standing(rank, WAITING, issued, (op,), {}, at=1.0, counts=counts, **more)
+
+
+def test_ranks_each_waiting_on_a_peer_stuck_in_another_group_are_stuck_for_good():
+    # 2x2 mesh, every rank made tp #1 and dp #1; at #2 ranks 0 and 3 entered tp first, ranks 1 and 2 dp first:
+    # 0 waits (tp) for 1, 1 (dp) for 3, 3 (tp) for 2, 2 (dp) for 0: a cycle across groups, nobody ended
+    tp = {r: in_group(r, TP, 2, "all_reduce", "tp") for r in range(4)}
+    dp = {r: in_group(r, DP, 2, "barrier", "dp") for r in range(4)}
+    standings = [
+        waiting_in(0, tp[0], {"0,1": 2, "0,2": 1}),
+        waiting_in(1, dp[1], {"0,1": 1, "1,3": 2}),
+        waiting_in(2, dp[2], {"2,3": 1, "0,2": 2}),
+        waiting_in(3, tp[3], {"2,3": 2, "1,3": 1}),
+    ]
+    proof = prove(standings)
+    assert proof is not None
+    assert [(s.rank, s.peer) for s in proof.stuck] == [(0, 1), (1, 3), (2, 0), (3, 2)]
+    assert proof.describe().startswith(
+        "rank 0 waits in collective #2 (all_reduce) of process group tp of ranks 0, 1, which rank 1 never makes (it "
+        "is stuck in collective #2 (barrier) of process group dp of ranks 1, 3); rank 1 waits in collective #2 "
+        "(barrier) of process group dp of ranks 1, 3, which rank 3 never makes (it is stuck in collective #2 "
+        "(all_reduce) of process group tp of ranks 2, 3)"
+    )
+
+
+def test_a_rank_that_may_still_reach_the_collective_a_peer_waits_in_breaks_the_cycle():
+    tp = {r: in_group(r, TP, 2, "all_reduce", "tp") for r in range(4)}
+    dp = {r: in_group(r, DP, 2, "barrier", "dp") for r in range(4)}
+    # rank 3 made its dp barrier #2 before entering tp #2: rank 1's barrier completes, so rank 1 reaches tp #2
+    cycle = [
+        waiting_in(0, tp[0], {"0,1": 2, "0,2": 1}),
+        waiting_in(1, dp[1], {"0,1": 1, "1,3": 2}),
+        waiting_in(2, dp[2], {"2,3": 1, "0,2": 2}),
+        waiting_in(3, tp[3], {"2,3": 2, "1,3": 2}),
+    ]
+    assert prove(cycle) is None
+    # the two pairs of one tp group both in it: it completes (nothing proved of the dp pairs either)
+    same = [waiting_in(r, tp[r], {TP[r][0]: 2, DP[r][0]: 1}) for r in range(4)]
+    assert prove(same) is None
+    # a member whose count in a group is unknown (a record that cannot name every group) is no witness
+    unknown = [*cycle[:3], waiting_in(3, tp[3], None)]
+    assert prove(unknown) is None
+    # a rank that may still act anywhere leaves the world unproved, whatever the cycle of the others
+    assert prove([*cycle[:3], Standing(3, FREE)]) is None
+
+
+def test_a_subgroup_member_that_ended_short_leaves_its_group_stuck_but_no_other():
+    # tp pair 2, 3: rank 3 finished after tp #4 while rank 2 waits in tp #5; the other pair ended even
+    tp5 = in_group(2, TP, 5, "all_reduce", "tp")
+    standings = [
+        Standing(0, ENDED, 10, why="finished", counts={"0,1": 5}),
+        Standing(1, ENDED, 10, why="finished", counts={"0,1": 5}),
+        waiting_in(2, tp5, {"2,3": 5}, issued=10),
+        Standing(3, ENDED, 10, why="finished", counts={"2,3": 4}),
+    ]
+    proof = prove(standings)
+    assert proof is not None and [(s.rank, s.peer) for s in proof.stuck] == [(2, 3)]
+    assert "(it finished after its collective #4 of process group tp of ranks 2, 3)" in proof.describe()
+    assert needed_peers(tp5, 2, 4) == [3]
+    assert needed_peers(Op(5, "broadcast", root=2, group="2,3", members=(2, 3)), 3, 4) == [2]
+    assert needed_peers(Op(5, "all_reduce", group="name 7"), 0, 4) == []  # a group whose members are unknown
+
+
+def test_a_barrier_against_an_all_reduce_in_a_subgroup_is_never_met():
+    barrier = in_group(1, TP, 3, "barrier", "tp")
+    reduce = in_group(0, TP, 3, "all_reduce", "tp")
+    standings = [
+        waiting_in(0, reduce, {"0,1": 3}, group_ops={"0,1": {3: reduce}}),
+        waiting_in(1, barrier, {"0,1": 3}, group_ops={"0,1": {3: barrier}}),
+    ]
+    proof = prove(standings)
+    assert proof is not None
+    assert "which rank 1 never makes (its collective #3 is barrier)" in proof.describe()
+
+
+def test_a_send_or_receive_and_a_collective_make_one_graph():
+    # rank 0 receives from rank 1 before the world's barrier #3; rank 1 entered the barrier before sending
+    recv = Op(1, "recv", root=1, group=P2P)
+    standings = [
+        Standing(0, WAITING, 2, (recv,), {}, at=1.0, received={1: 1}),
+        Standing(1, WAITING, 3, (Op(3, "barrier"),), {}, at=1.0),
+    ]
+    proof = prove(standings)
+    assert proof is not None
+    assert proof.describe() == (
+        "rank 0 waits in its recv #1 from rank 1, which rank 1 never sends (it is stuck in collective #3 (barrier)); "
+        "rank 1 waits in collective #3 (barrier), which rank 0 never makes (it is stuck in its recv #1 from rank 1)"
+    )
+    # rank 1 began the send before the barrier: the receive completes, and rank 0 may still reach the barrier
+    assert prove([standings[0], Standing(1, WAITING, 3, (Op(3, "barrier"),), {}, sent={0: 1})]) is None
+    # a rank in its send #2 to a peer that finished after one receive from it
+    send = Op(2, "send", root=1, group=P2P)
+    proof = prove(
+        [Standing(0, WAITING, 0, (send,), {}, sent={1: 2}), Standing(1, ENDED, 0, why="finished", received={0: 1})]
+    )
+    assert proof.describe() == (
+        "rank 1 finished; rank 0 waits in its send #2 to rank 1, which rank 1 never receives (it finished after 1 "
+        "receive(s) from rank 0)"
+    )
+
+
+def test_a_flight_record_gives_each_groups_count_and_kinds_by_its_identity():
+    dump = {
+        "pg_config": {"0": {"desc": "default_pg", "ranks": "[0, 1, 2, 3]"}, "4": {"desc": "tp", "ranks": "[2, 3]"}},
+        "pg_status": {"0": {"last_enqueued_collective": 8}, "1": {"last_enqueued_collective": 3}},
+        "entries": [
+            {"pg_id": 0, "collective_seq_id": 8, "profiling_name": "gloo:all_reduce", "thread_id": "11"},
+            {
+                "pg_id": 1,
+                "process_group": ("4", "tp"),
+                "collective_seq_id": 3,
+                "profiling_name": "gloo:barrier",
+                "thread_id": "11",
+            },
+        ],
+    }
+    found = records(dump)
+    assert found[None].issued == 8 and found["2,3"].issued == 3
+    assert found["2,3"].ops == {3: Op(3, "barrier", group="2,3", members=(2, 3))}
+    assert found["2,3"].ops[3].desc == "tp"
+    # a group counted in the status that no entry names: its count cannot be placed, so no group's is trusted
+    unnamed = dict(dump, pg_status={**dump["pg_status"], "2": {"last_enqueued_collective": 5}})
+    assert records(unnamed) is None and record(unnamed).issued == 8

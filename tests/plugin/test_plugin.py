@@ -98,9 +98,9 @@ def test_passing_item_and_a_real_hang_failing_with_its_report_and_junit_properti
             "*_ scenario skips_a_collective _*",
             "expected completed, observed hung",
             "expected: completed",
-            "ddpfaults: 2-rank gloo world HUNG in * (deadlock proved: every live rank waits in a collective that a "
-            "peer can never make: rank 1 finished; rank 0 waits in collective #3 (all_reduce), which rank 1 never "
-            "makes (it finished after its collective #2))",
+            "ddpfaults: 2-rank gloo world HUNG in * (deadlock proved: every live rank waits in a collective, send or "
+            "receive that a peer can never make: rank 1 finished; rank 0 waits in collective #3 (all_reduce), which "
+            "rank 1 never makes (it finished after its collective #2))",
             "function: scenario_user.py:skips_a_collective   seed: 0   peer_failure: exit",
             "root cause: rank 1 called all_reduce*",
             "first divergent collective #2:*",

@@ -1,6 +1,8 @@
 """Rank functions with process groups beyond the default one, pickled into ranks by the tests (a 2-D mesh, subgroups
 made in a chosen order)."""
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -84,3 +86,85 @@ def pipeline(ctx, short_stage=None, microbatches=3, steps=2, both_send_first=Fal
             if rank < size - 1 and m < forwarded:
                 dist.send(x + 1, dst=rank + 1)
     return rank
+
+
+def crossed_waits(ctx, crossed=True, mixed=False, steps=2, late_rank=None):
+    """The dp x tp layout of :func:`groups_in_order` at 4 ranks, made in the same order by every rank: each step
+    all_reduces in the rank's tp group and then makes a barrier in its dp group; with ``crossed``, ranks 1 and 2 make
+    the dp barrier first at step 1: rank 0 waits in tp for rank 1, which waits in dp for rank 3, which waits in tp
+    for rank 2, which waits in dp for rank 0. ``mixed`` (2 ranks): rank 0 receives from rank 1 before a barrier of
+    the world, and rank 1 sends only after it. ``late_rank`` sleeps 1.5 s before its step-1 collectives (its peers
+    wait for it in their groups, and it comes)."""
+    rank, size = ctx.rank, dist.get_world_size()
+    if mixed:
+        x = torch.ones(8)
+        if rank == 0:
+            dist.recv(x, src=1)
+            dist.barrier()
+        else:
+            dist.barrier()
+            dist.send(x, dst=0)
+        return float(x.sum())
+    half = size // 2
+    mine = {}
+    for dim, layout in (
+        ("dp", [[r, r + half] for r in range(half)]),
+        ("tp", [list(range(half)), list(range(half, size))]),
+    ):
+        for ranks in layout:
+            group = dist.new_group(ranks, group_desc=dim)
+            if rank in ranks:
+                mine[dim] = group
+    t = torch.ones(4)
+    for step in range(steps):
+        ctx.step(step)
+        if step == 1 and rank == late_rank:
+            time.sleep(1.5)
+        if crossed and step == 1 and rank in (1, 2):
+            dist.barrier(group=mine["dp"])
+            dist.all_reduce(t, group=mine["tp"])
+        else:
+            dist.all_reduce(t, group=mine["tp"])
+            dist.barrier(group=mine["dp"])
+    return float(t.sum())
+
+
+def group_pipeline(ctx, short=False, microbatches=3):
+    """A two-stage pipeline inside the subgroup of ranks 2 and 3 (every rank makes it), addressed by group rank
+    (``group_dst``/``group_src``, torch >= 2.6): stage 0 (rank 2) sends ``microbatches`` to stage 1 (rank 3), one
+    fewer with ``short``; ranks 0 and 1 only make the group."""
+    rank = ctx.rank
+    stages = dist.new_group([2, 3])
+    x = torch.ones(8)
+    for m in range(microbatches - 1 if short and rank == 2 else microbatches):
+        if rank == 2:
+            dist.send(x * m, group_dst=1, group=stages)
+        elif rank == 3:
+            dist.recv(x, group_src=0, group=stages)
+    return float(x.sum())
+
+
+def torch_pipeline(ctx, short_step=None, steps=3):
+    """``torch.distributed.pipelining`` at 2 ranks: a two-stage ``PipelineStage`` run by ``ScheduleGPipe``, 3 rows a
+    microbatch; step 0 runs a schedule of 3 microbatches and one of 4 on both stages (each schedule's first step
+    exchanges shapes), later steps the one of 4; at ``short_step`` stage 0 feeds the schedule of 3 (a microbatch
+    fewer) while stage 1 still expects 4."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 8)
+    stage = PipelineStage(layer, ctx.rank, 2, torch.device("cpu"))
+
+    def loss(out, target):
+        return ((out - target) ** 2).mean()
+
+    schedules = {n: ScheduleGPipe(stage, n_microbatches=n, loss_fn=loss) for n in (3, 4)}
+    for step in range(steps):
+        ctx.step(step)
+        short = ctx.rank == 0 and step == short_step
+        for n in (3, 4) if step == 0 else (3,) if short else (4,):
+            if ctx.rank == 0:
+                schedules[n].step(torch.randn(3 * n, 8))
+            else:
+                schedules[n].step(target=torch.randn(3 * n, 8), losses=[])
+    return float(layer.weight.sum())

@@ -17,7 +17,8 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   (:attr:`StopReason.STARTUP`, ``spec.startup_limit``, at most the timeout) the ranks still starting are kept in
   ``observer.still_starting`` (the world then timed out; none: the ranks that never joined were idle: hung);
 - it is *hung* at once (:attr:`StopReason.PROVEN`) when the record proves a deadlock: every live rank waits in a
-  collective a peer can never make (:mod:`ddpfaults.judge.live.prover`, :mod:`ddpfaults.judge.deadlock`);
+  collective, send or receive a peer can never make (:mod:`ddpfaults.judge.live.prover`,
+  :mod:`ddpfaults.judge.deadlock`);
 - in ``peer_failure="exit"`` mode it is *crashed* (:attr:`StopReason.ABANDONED`) when a rank failed and every live
   rank waits to join the process group, the failed rank never will, and those ranks are seen waiting
   (:class:`QuietRendezvous`): a rank still running its own code there may yet fail on its own;

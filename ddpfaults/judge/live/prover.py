@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from ddpfaults.judge.live.observer import Observer
 
 PROOF_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # seconds between checks of a deadlock the ranks' events suggest
+#: seconds before the second look that confirms a point-to-point proof (the runnable check that follows guards a rank
+#: still leaving its call; 0.02 s here was a fifth of the 0.1 s goal)
+P2P_SECOND_LOOK = 0.005
 UNTRACED_QUIET = 0.03  # seconds without an event before a rank's untraced wait (plain DDP's) is looked at
 THREAD_LOOKS, THREAD_GAP = 3, 0.005  # looks at a rank's threads' /proc state (and seconds between them)
 
@@ -101,6 +104,9 @@ class Prover:
         self.stacked.update({i: self._progress(i) for i in fresh})
         self.untraced = set(untraced)
         proof = None if moved else deadlock.prove(self.standings(time.monotonic(), confirm=True))
+        sending = [x.rank for x in proof.stuck if x.op.group == deadlock.P2P] if proof is not None else []
+        if sending and _any_threads_runnable(self.observer, sending):
+            proof = None  # a send or receive the record does not confirm: its thread must not run
         if proof is None:
             gap = self.retries.pop(0) if self.retries else PROOF_RETRIES[-1] if self.unanswered else None
             self.next_try = None if gap is None else now + gap
@@ -118,8 +124,11 @@ class Prover:
         if proof is None:
             self.p2p_seen = None
             return None
-        if self.p2p_seen != self.seen or _any_threads_runnable(self.observer, [s.rank for s in proof.stuck]):
+        if self.p2p_seen != self.seen:
             self.p2p_seen = self.seen
+            self.next_try = now + P2P_SECOND_LOOK
+            return False
+        if _any_threads_runnable(self.observer, [s.rank for s in proof.stuck]):
             self.next_try = now + (self.retries.pop(0) if self.retries else PROOF_RETRIES[-1])
             return False
         self.observer.collect_stacks(self.observer.live(now))  # the report's stacks
@@ -132,7 +141,7 @@ class Prover:
         ends = []
         for s in standings:
             w = self.observer.watches[s.rank]
-            sent, received = p2p.begun(w.events)
+            sent, received = dict(w.sent), dict(w.received)
             if s.stand == Stand.ENDED:
                 ends.append(p2p.Endpoint(s.rank, ended=s.why, sent=sent, received=received, at=s.at))
                 continue
@@ -183,8 +192,11 @@ class Prover:
         observer = self.observer
         w = observer.watches[i]
         free = Standing(i, Stand.FREE)
-        record = deadlock.record(observer.flight_record(i)) if confirm else None
+        dump = observer.flight_record(i) if confirm else None
+        record = deadlock.record(dump) if confirm else None
         ops = record.ops if record is not None else ({} if confirm else w.traced_ops)  # confirmed: the record's only
+        groups = deadlock.records(dump) if confirm else None
+        extras = _extras(w, groups, confirm)
         if w.ended or observer.dead(i, now):
             if not w.ended or not observer.lingers(i, now, self.spec.peer_failure):
                 return free  # gone: its peers will hear its connections close (a crash, not a hang)
@@ -192,23 +204,25 @@ class Prover:
             if confirm and record is not None and w.joined and record.issued not in (None, issued):
                 return free
             why = "finished" if w.ended == "finished" else "raised and lingers"
-            return Standing(i, Stand.ENDED, issued, ops=ops, why=why, at=_at(observer, w.end))
+            return Standing(i, Stand.ENDED, issued, ops=ops, why=why, at=_at(observer, w.end), **extras)
         if w.links_dropped or not w.events:
             return free
         joining = in_rendezvous(w)
         if joining is not None:
             op = Op(0, deadlock.RENDEZVOUS)
-            return Standing(i, Stand.WAITING, -1, (op,), ops, at=_at(observer, joining))
+            return Standing(i, Stand.WAITING, -1, (op,), ops, at=_at(observer, joining), **extras)
         if confirm and record is None:
             self.unanswered.add(i)
             return free  # no record to confirm its wait with
         if confirm and i in self.untraced:
-            return self._waiting_for_buckets(w, record) or free
+            return self._waiting_for_buckets(w, record, extras) or free
         if w.finalizing is not None and "thread" not in w.finalizing:
-            return self._finalizing(w, ops, record, confirm) or free
+            return self._finalizing(w, ops, record, confirm, extras) or free
         call = w.entered[max(w.entered)] if w.entered else None
         if call is None or call.get("async") or "thread" in call or call.get("pg_seq") is None:
             return free
+        if call["op"] in ("send", "recv") or call.get("group") is not None:
+            return self._waiting_beyond(w, call, ops, record, groups, extras) or free
         number = call["pg_seq"] + 1
         op = Op(number, deadlock.family(call["op"]), call.get("root"))
         if confirm:
@@ -218,9 +232,40 @@ class Prover:
             if record.issued != number or number not in record.ops or record.threads[number] != str(w.main_ident):
                 return free  # issued by another thread, or the rank went on
             op = Op(number, record.ops[number].family, call.get("root"))
-        return Standing(i, Stand.WAITING, number, (op,), ops, at=_at(observer, call))
+        return Standing(i, Stand.WAITING, number, (op,), ops, at=_at(observer, call), **extras)
 
-    def _finalizing(self, w: RankWatch, ops, record, confirm: bool) -> Standing | None:
+    def _waiting_beyond(self, w: RankWatch, call: dict, ops, record, groups, extras: dict) -> Standing | None:
+        """A rank whose main thread waits in a blocking send or receive with a known peer (its n-th with that peer),
+        or in a collective of a process group other than the default one (that group's collective #N); confirmed,
+        its default group's count is its record's, and a collective its group's record's last, made by its main
+        thread."""
+        issued = call["pg_seq"]  # the default group's count: it made none there since
+        confirm = record is not None
+        if confirm and (record.issued if record.issued is not None else 0) != issued:
+            return None  # it went on in the default group
+        if call["op"] in ("send", "recv"):
+            if not isinstance(call.get("root"), int):
+                return None
+            n = (w.sent if call["op"] == "send" else w.received).get(call["root"], 0)
+            op = Op(n, call["op"], call["root"], deadlock.P2P)
+            return Standing(w.rank, Stand.WAITING, issued, (op,), ops, at=_at(self.observer, call), **extras)
+        if call.get("group_seq") is None:
+            return None
+        number = call["group_seq"] + 1
+        members = tuple(call.get("members") or ())
+        op = Op(number, deadlock.family(call["op"]), call.get("root"), call["group"], members)
+        if confirm:
+            theirs = (groups or {}).get(call["group"])
+            if theirs is None or theirs.issued is None or theirs.issued < number:
+                self.unanswered.add(w.rank)
+                return None  # not issued yet, or the dump that shows it has not come
+            made = theirs.ops.get(number)
+            if theirs.issued != number or made is None or theirs.threads[number] != str(w.main_ident):
+                return None  # issued by another thread, or the rank went on
+            op = Op(number, made.family, call.get("root"), call["group"], members, made.desc)
+        return Standing(w.rank, Stand.WAITING, issued, (op,), ops, at=_at(self.observer, call), **extras)
+
+    def _finalizing(self, w: RankWatch, ops, record, confirm: bool, extras: dict) -> Standing | None:
         """A rank whose main thread waits in DDP's finalize for its open gradient buckets (ctx.ddp's)."""
         buckets = w.open_buckets()
         issued = w.finalizing.get("pg_seq")
@@ -233,9 +278,9 @@ class Prover:
                 return None
             if record.issued != issued or any(record.ops.get(op.number) != op for op in waits):
                 return None
-        return Standing(w.rank, Stand.WAITING, issued, waits, ops, at=_at(self.observer, w.finalizing))
+        return Standing(w.rank, Stand.WAITING, issued, waits, ops, at=_at(self.observer, w.finalizing), **extras)
 
-    def _waiting_for_buckets(self, w: RankWatch, record: deadlock.Record) -> Standing | None:
+    def _waiting_for_buckets(self, w: RankWatch, record: deadlock.Record, extras: dict) -> Standing | None:
         """A rank whose main thread, its stack says, is in a backward pass and which no thread of computes (looked at
         before and after its stack and record were dumped): it waits in DDP's finalize for the gradient buckets its
         record shows issued during the pass, the last collective it made among them."""
@@ -247,7 +292,22 @@ class Prover:
         last = w.events[-1]
         issued_at = record.walls.get(record.issued)
         at = _at(self.observer, {"t": issued_at + last["t"] - last["wall"]} if issued_at and "wall" in last else last)
-        return Standing(w.rank, Stand.WAITING, record.issued, waits, record.ops, at=at)
+        return Standing(w.rank, Stand.WAITING, record.issued, waits, record.ops, at=at, **extras)
+
+
+def _extras(w: RankWatch, groups: dict | None, confirm: bool) -> dict:
+    """A rank's standing in the process groups other than the default one (each group's count and collectives:
+    its flight record's, confirmed; else its events' guess) and its point-to-point counts."""
+    if not confirm:
+        counts = {key: max(ops) for key, ops in w.group_ops.items() if ops}
+        group_ops = w.group_ops
+    elif groups is None:
+        counts, group_ops = None, {}  # no record, or one that cannot name every group: no count known
+    else:
+        mine = {key: r for key, r in groups.items() if key is not None}
+        counts = {key: r.issued for key, r in mine.items() if r.issued is not None}
+        group_ops = {key: r.ops for key, r in mine.items()}
+    return {"counts": counts, "group_ops": group_ops, "sent": dict(w.sent), "received": dict(w.received)}
 
 
 def _in_backward(stack: str | None) -> bool:

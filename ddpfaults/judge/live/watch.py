@@ -13,6 +13,8 @@ from ddpfaults.judge.results import Collective, FiredFault
 from ddpfaults.judge.verdict import innermost_frame
 
 BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
+#: point-to-point calls, and which of a rank's counts each adds to (as :func:`ddpfaults.judge.p2p.begun` counts)
+P2P_COUNTS = {"send": "sent", "isend": "sent", "recv": "received", "irecv": "received"}
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
 #: how a dying rank's output says why, most telling first (gloo's mismatch abort, C++ enforce, any *Error)
 DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
@@ -114,6 +116,11 @@ class RankWatch:
         self.links_dropped = False  # its gloo connections were shut down (its peers read end-of-file)
         #: the default group's collectives its main thread entered, by number (a guess its flight record confirms)
         self.traced_ops: dict[int, Op] = {}
+        #: likewise each other group's, by its identity (:func:`ddpfaults.events.group_key`)
+        self.group_ops: dict[str, dict[int, Op]] = {}
+        #: the sends to, and receives from, each peer it began (blocking or not), for the point-to-point proof
+        self.sent: dict[int, int] = {}
+        self.received: dict[int, int] = {}
 
     def read(self, pid: int | None) -> bool:
         """Consume new events; True if there were any."""
@@ -168,9 +175,17 @@ class RankWatch:
                 self.collectives.append(call)  # waits that are not collectives are still "open" below
             self.open[call.seq] = call
             self.entered[call.seq] = event
-            if event.get("pg_seq") is not None and "thread" not in event:
-                number = event["pg_seq"] + 1
-                self.traced_ops[number] = Op(number, family(call.op), event.get("root"))
+            if isinstance(event.get("root"), int) and call.op in P2P_COUNTS:
+                counts = self.sent if P2P_COUNTS[call.op] == "sent" else self.received
+                counts[event["root"]] = counts.get(event["root"], 0) + 1
+            if "thread" not in event and family(call.op) is not None:
+                if call.group is None and event.get("pg_seq") is not None:
+                    number = event["pg_seq"] + 1
+                    self.traced_ops[number] = Op(number, family(call.op), event.get("root"))
+                elif call.group is not None and event.get("group_seq") is not None:
+                    number = event["group_seq"] + 1
+                    op = Op(number, family(call.op), event.get("root"), call.group, tuple(call.members or ()))
+                    self.group_ops.setdefault(call.group, {})[number] = op
         elif kind == "exit":
             self.entered.pop(event["seq"], None)
             call = self.open.pop(event["seq"], None)
