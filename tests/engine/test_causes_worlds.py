@@ -10,9 +10,9 @@ import pytest
 import causefns
 from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite
+from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite, UnevenInputs
 from ddpfaults.judge.results import WorldResult
-from rankfns import all_reduce_steps, ddp_steps
+from rankfns import all_reduce_steps, ddp_steps, split_train
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
@@ -128,31 +128,33 @@ def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_
 PLAIN_TRAIN = os.path.join(SCRIPTS, "plain_train.py")
 
 
-def _bucket_skips(world_size, made_up=6):
-    """Rank 1 skips its DDP gradient bucket's all_reduce at step 3 and every other rank skips its own at step
-    ``made_up``: each rank makes as many same-size ones, so the world completes."""
+def _evened_out(world_size, how):
+    """Rank 1 skips its DDP gradient bucket's all_reduce at step 3, and every other rank makes one fewer too: it
+    skips its own at step 6 (``how="skip"``) or its data runs out a batch early (``"short"``, the last of 8)."""
     others = [r for r in range(world_size) if r != 1]
-    return [
-        SkippedCollective(rank=1, step=3, op="ddp_bucket"),
-        SkippedCollective(rank=others, step=made_up, op="ddp_bucket"),
-    ]
+    if how == "skip":
+        return [SkippedCollective(rank=others, step=6, op="ddp_bucket")]
+    return [UnevenInputs(rank=others, batches=7)]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_skipped_ddp_bucket_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size):
-    """A real DDP model (one gradient bucket a step): rank 1 skips its bucket at step 3, its peers skip theirs at
-    step 6; each of rank 0's steps 3-5 is averaged with rank 1's next step, and nothing fails. One skip alone
-    leaves its peers one all_reduce short at the end (the hang below; a script that destroys its process group
-    crashes there instead); with buckets of different sizes gloo aborts at step 3 on the size mismatch (measured:
-    ``4608 vs 4096``), no pairing across steps."""
-    faults = _bucket_skips(world_size)
-    function = run_world(ddp_steps, world_size=world_size, kwargs={"steps": 8}, faults=faults, stall=2, timeout=90)
+@pytest.mark.parametrize("how, steps", [("skip", 3), ("short", 4)])
+def test_a_skipped_ddp_bucket_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size, how, steps):
+    """A real DDP model (one gradient bucket a step): rank 1 skips its bucket at step 3 and its peers make one
+    fewer later, so every rank makes as many same-size all_reduces and nothing fails. Each of rank 0's steps from
+    3 is averaged with rank 1's next: 3-5 where the peers skip theirs at step 6, 3-6 where their data runs out
+    after step 6 (its last step, in its loop, counts). One skip alone leaves its peers one all_reduce short at
+    the end (the hang below; a script that destroys its process group crashes there instead); with buckets of
+    different sizes gloo aborts at step 3 on the size mismatch (measured: ``4608 vs 4096``), no pairing across
+    steps."""
+    faults = [SkippedCollective(rank=1, step=3, op="ddp_bucket"), *_evened_out(world_size, how)]
+    function = run_world(split_train, world_size=world_size, kwargs={"batches": 8}, faults=faults, stall=2, timeout=90)
     script = run_script(PLAIN_TRAIN, ["--batches", "8"], world_size=world_size, faults=faults, stall=2, timeout=90)
     for result in (function, script):
         assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
-        assert len(result.fired) == world_size, result.report()
+        assert {f.fault for f in result.fired} == set(map(repr, faults)), result.report()
         desync = result.desync
-        assert (desync.first_step, desync.steps) == (3, 3), result.report()
+        assert (desync.first_step, desync.steps) == (3, steps), result.report()
         assert desync.at == tuple((r, 4 if r == 1 else 3) for r in range(world_size))
         assert desync.call.endswith("[DDP gradient bucket]"), desync.call
         assert desync.describe() in result.report()
