@@ -43,9 +43,19 @@ def track_saves() -> None:
     torch.save = save
 
 
+_notified = None  # the job whose rank got a preemption notice (a RankContext), None before one
+
+
+def notified(ctx) -> bool:
+    """True if the rank got a preemption notice in the job of ``ctx``."""
+    return ctx is not None and _notified is ctx
+
+
 def deliver(ctx, fault) -> None:
     """Send the rank its preemption notice now, and SIGKILL it ``fault.grace`` seconds later if its job is still
     running then."""
+    global _notified
+    _notified = ctx
     ctx.record_fired(
         fault,
         f"sent {fault.signal.name} as a scheduler preempting the job does (SIGKILL after {fault.grace:g} s)",

@@ -85,15 +85,25 @@ def test_a_preempted_job_that_saved_with_dcp_is_reported_as_saved(asynchronous):
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_a_handler_that_exits_on_the_notice_is_the_preemption_not_a_rank_s_error(world_size):
-    """Every rank's SIGTERM handler raises ``SystemExit(1)``: each rank raised on its own, ended by the notice
-    through its handler; the scheduler stopped the job, no rank is at fault."""
-    result = ddpfaults.run_world(restartfns.exits_on_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10)
-    assert result.outcome == "crashed" and result.root_rank is None, result.report()
-    assert all(r.error == "SystemExit: 1" for r in result.ranks), result.report()
-    assert result.cause.kind == "preemption" and result.cause.ranks == tuple(range(world_size)), result.report()
+    """Every rank's SIGTERM handler raises ``SystemExit(1)`` (a rank function's, a script's): each rank raised on
+    its own, ended by the notice through its handler; the scheduler stopped the job, no rank is at fault."""
+    function = ddpfaults.run_world(
+        restartfns.exits_on_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10
+    )
+    script = ddpfaults.run_script(
+        os.path.join(SCRIPTS, "plain_train.py"),
+        ["--exit-on-notice", "1"],
+        world_size=world_size,
+        faults=[Preempt(step=2)],
+        stall=10,
+    )
     every = "ranks 0, 1" if world_size == 2 else "ranks 0-3"
-    assert f"sent the notice to every rank and {every} were ended by it; no rank at fault" in result.root_cause
-    assert result.preemption["handled"] == list(range(world_size)) and result.preemption["saved"] == []
+    for result in (function, script):
+        assert result.outcome == "crashed" and result.root_rank is None, result.report()
+        assert all(r.error == "SystemExit: 1" for r in result.ranks), result.report()
+        assert result.cause.kind == "preemption" and result.cause.ranks == tuple(range(world_size)), result.report()
+        assert f"sent the notice to every rank and {every} were ended by it; no rank at fault" in result.root_cause
+        assert result.preemption["handled"] == list(range(world_size)) and result.preemption["saved"] == []
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
