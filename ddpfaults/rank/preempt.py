@@ -31,11 +31,11 @@ def track_saves() -> None:
 
     def save(obj, f, *args, **kwargs):
         """torch.save, then a ``saved`` event (a save to a path only: a buffer is no checkpoint)."""
-        began = time.monotonic()
-        done = original(obj, f, *args, **kwargs)
         ctx = running.current()
-        if ctx is not None and isinstance(f, (str, os.PathLike)):
-            _saved(ctx, ctx.current_step, os.path.basename(os.fspath(f)), began)
+        step, began = (ctx.current_step if ctx is not None else None), time.monotonic()
+        done = original(obj, f, *args, **kwargs)  # a thread's save may end steps later: the step is when it began
+        if ctx is not None and running.current() is ctx and isinstance(f, (str, os.PathLike)):
+            _saved(ctx, step, os.path.basename(os.fspath(f)), began)
         return done
 
     save.__ddpfaults_saves__ = True
@@ -43,9 +43,19 @@ def track_saves() -> None:
     torch.save = save
 
 
+_notified = None  # the job whose rank got a preemption notice (a RankContext), None before one
+
+
+def notified(ctx) -> bool:
+    """True if the rank got a preemption notice in the job of ``ctx``."""
+    return ctx is not None and _notified is ctx
+
+
 def deliver(ctx, fault) -> None:
     """Send the rank its preemption notice now, and SIGKILL it ``fault.grace`` seconds later if its job is still
     running then."""
+    global _notified
+    _notified = ctx
     ctx.record_fired(
         fault,
         f"sent {fault.signal.name} as a scheduler preempting the job does (SIGKILL after {fault.grace:g} s)",

@@ -5,7 +5,9 @@ the store as torchrun's agent does), ``sys.argv``, ``__main__``, the working dir
 ``python -u train.py ARGS`` would have them, and its own ``init_process_group`` call traced as the wait on its
 peers it is. Steps are counted by the seams (:mod:`ddpfaults.rank.seams`). ``SystemExit(0)`` (or ``None``) is
 success; another exit status fails the rank, quoting the last line the script wrote to stderr (argparse's
-complaint, typically); a script that ends without ever initialising a process group fails too.
+complaint, typically), except after a preemption notice: then it is the script's handler answering the notice and
+stays a ``SystemExit`` (as in a rank function, the judge's preemption). A script that ends without ever
+initialising a process group fails too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.errors import ScriptError
-from ddpfaults.rank import context, running, seams
+from ddpfaults.rank import context, preempt, running, seams
 
 LOOPBACK = "127.0.0.1"
 
@@ -159,6 +161,8 @@ def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
             sys.path.insert(0, target.cwd)
             runpy.run_module(target.module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
+        if exc.code not in (0, None) and preempt.notified(ctx):
+            raise
         if exc.code not in (0, None):
             last = stderr.tail.strip().splitlines()[-1:] or ["(nothing on stderr)"]
             raise ScriptError(f"{target.name} exited with status {exc.code!r}: {last[0]}") from None

@@ -10,9 +10,9 @@ import pytest
 import causefns
 from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite
+from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite, UnevenInputs
 from ddpfaults.judge.results import WorldResult
-from rankfns import all_reduce_steps, ddp_steps
+from rankfns import all_reduce_steps, ddp_steps, split_train
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 CUDA = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
@@ -97,7 +97,9 @@ RANK0_ONLY = os.path.join(SCRIPTS, "rank0_only.py")
 @pytest.mark.parametrize("what, outcome", [("evaluate", Outcome.CRASHED), ("barrier", Outcome.HUNG)])
 def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, what, outcome):
     """One against one nothing else tells the ranks apart: rank 0 stood inside ``if ... is_main_process()`` (an
-    evaluation's all_reduce) or ``if ... rank == 0`` (a callback's barrier) and the root cause shows the frame."""
+    evaluation's all_reduce) or ``if ... rank == 0`` (a callback's barrier) and the root cause shows the frame. One
+    against three the verdict is the same: rank 0 named, by the branch (weighed before the smaller group) with
+    ranks 1-3 in none."""
     script = run_script(RANK0_ONLY, ["--what", what], world_size=world_size, stall=2, timeout=90)
     condition, call = {"evaluate": ("is_main_process()", "evaluate(model)"), "barrier": ("rank == 0", "on_step_end(")}[
         what
@@ -107,9 +109,12 @@ def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, 
     assert script.outcome == outcome and script.root_rank == 0, script.report()
     assert "rank 0 stood inside a branch on its rank, `if args.what ==" in script.root_cause, script.report()
     assert f"{condition}` at rank0_only.py:{line} in main" in script.root_cause
+    others = "rank 1" if world_size == 2 else "ranks 1-3"
+    assert f"; {others} in none" in script.root_cause, script.report()
     function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, stall=2, timeout=90)
     assert function.outcome == outcome and function.root_rank == 0, function.report()
     assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()
+    assert f"; {others} in none" in function.root_cause, function.report()
 
 
 CROSS_STEP = os.path.join(SCRIPTS, "cross_step_train.py")
@@ -131,17 +136,55 @@ def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_
     assert run_script(CROSS_STEP, world_size=world_size, timeout=90).desync is None
 
 
-def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang():
+PLAIN_TRAIN = os.path.join(SCRIPTS, "plain_train.py")
+
+
+def _evened_out(world_size, how):
+    """Rank 1 skips its DDP gradient bucket's all_reduce at step 3, and every other rank makes one fewer too: it
+    skips its own at step 6 (``how="skip"``) or its data runs out a batch early (``"short"``, the last of 8)."""
+    others = [r for r in range(world_size) if r != 1]
+    if how == "skip":
+        return [SkippedCollective(rank=others, step=6, op="ddp_bucket")]
+    return [UnevenInputs(rank=others, batches=7)]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("how, steps", [("skip", 3), ("short", 4)])
+def test_a_skipped_ddp_bucket_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size, how, steps):
+    """A real DDP model (one gradient bucket a step): rank 1 skips its bucket at step 3 and its peers make one
+    fewer later, so every rank makes as many same-size all_reduces and nothing fails. Each of rank 0's steps from
+    3 is averaged with rank 1's next: 3-5 where the peers skip theirs at step 6, 3-6 where their data runs out
+    after step 6 (its last step, in its loop, counts). One skip alone leaves its peers one all_reduce short at
+    the end (the hang below; a script that destroys its process group crashes there instead); with buckets of
+    different sizes gloo aborts at step 3 on the size mismatch (measured: ``4608 vs 4096``), no pairing across
+    steps."""
+    faults = [SkippedCollective(rank=1, step=3, op="ddp_bucket"), *_evened_out(world_size, how)]
+    function = run_world(split_train, world_size=world_size, kwargs={"batches": 8}, faults=faults, stall=2, timeout=90)
+    script = run_script(PLAIN_TRAIN, ["--batches", "8"], world_size=world_size, faults=faults, stall=2, timeout=90)
+    for result in (function, script):
+        assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
+        assert {f.fault for f in result.fired} == set(map(repr, faults)), result.report()
+        desync = result.desync
+        assert (desync.first_step, desync.steps) == (3, steps), result.report()
+        assert desync.at == tuple((r, 4 if r == 1 else 3) for r in range(world_size))
+        assert desync.call.endswith("[DDP gradient bucket]"), desync.call
+        assert desync.describe() in result.report()
+        assert WorldResult.from_dict(result.to_dict()).desync == desync
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang(world_size):
     result = run_world(
         ddp_steps,
-        world_size=2,
+        world_size=world_size,
         kwargs={"wrap": "ctx", "steps": 8},
         faults=[SkippedCollective(rank=1, step=3, op="ddp_bucket")],
         stall=2,
         timeout=90,
     )
     assert result.outcome == Outcome.HUNG and result.root_rank == 1, result.report()
-    assert (result.desync.first_step, result.desync.steps, result.desync.at) == (3, 4, ((0, 3), (1, 4)))
+    at = tuple((r, 4 if r == 1 else 3) for r in range(world_size))
+    assert (result.desync.first_step, result.desync.steps, result.desync.at) == (3, 4, at), result.report()
     assert "[DDP gradient bucket]" in result.desync.call
 
 

@@ -83,6 +83,48 @@ def test_a_preempted_job_that_saved_with_dcp_is_reported_as_saved(asynchronous):
     assert [(e["step"], e["file"]) for e in saves] == [(2, "step-2"), (2, "step-2")]
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_handler_that_exits_on_the_notice_is_the_preemption_not_a_rank_s_error(world_size):
+    """Every rank's SIGTERM handler raises ``SystemExit(1)`` (a rank function's, a script's): each rank raised on
+    its own, ended by the notice through its handler; the scheduler stopped the job, no rank is at fault."""
+    function = ddpfaults.run_world(
+        restartfns.exits_on_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10
+    )
+    script = ddpfaults.run_script(
+        os.path.join(SCRIPTS, "plain_train.py"),
+        ["--exit-on-notice", "1"],
+        world_size=world_size,
+        faults=[Preempt(step=2)],
+        stall=10,
+    )
+    every = "ranks 0, 1" if world_size == 2 else "ranks 0-3"
+    for result in (function, script):
+        assert result.outcome == "crashed" and result.root_rank is None, result.report()
+        assert all(r.error == "SystemExit: 1" for r in result.ranks), result.report()
+        assert result.cause.kind == "preemption" and result.cause.ranks == tuple(range(world_size)), result.report()
+        assert f"sent the notice to every rank and {every} were ended by it; no rank at fault" in result.root_cause
+        assert result.preemption["handled"] == list(range(world_size)) and result.preemption["saved"] == []
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_periodic_checkpoint_begun_before_the_notice_and_ended_after_it_is_no_save_after_it(world_size):
+    """A thread writes step 1's checkpoint (1 s) while step 2 begins with the notice; the handler stops the ranks,
+    which wait for that write and save nothing more: no rank saved after the notice, and the last checkpoint is
+    step 1's (the step the write began at, not the one it ended in), one step lost."""
+    result = ddpfaults.run_world(
+        restartfns.periodic_save_over_the_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10
+    )
+    assert result.outcome == "completed" and result.values == [2] * world_size, result.report()
+    notice = {r.rank: next(e["t"] for e in r.events if e.get("effect") == "preempted") for r in result.ranks}
+    saves = [(r.rank, e) for r in result.ranks for e in r.events if e["k"] == "saved"]
+    assert len(saves) == world_size and all(e["step"] == 1 for _, e in saves), result.report()
+    assert all(e["t"] - e["took"] < notice[rank] < e["t"] for rank, e in saves), saves  # it straddled the notice
+    preemption = result.preemption
+    assert preemption["handled"] == list(range(world_size)) and preemption["saved"] == [], result.report()
+    assert (preemption["last_checkpoint_step"], preemption["steps_lost"]) == (1, 1), result.report()
+    assert "saved after the notice by none" in result.report()
+
+
 def test_dcp_is_tracked_when_imported_after_the_tracking_began():
     code = (
         "import sys; from ddpfaults.rank import dcp; dcp.track_saves(print)\n"

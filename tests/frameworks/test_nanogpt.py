@@ -5,7 +5,9 @@ Without the mapping it stops on every rank at its first CUDA-only call, ``init_p
 (``RuntimeError: Distributed package doesn't have NCCL built in``, at train.py:84, before ``set_device`` at line
 89). With it, a 2-layer GPT trains on a synthetic token file for a few iterations with DDP and gradient
 accumulation, evaluates, checkpoints, and its replicas end equal; a ``RankKilled`` at an optimizer step is judged as
-on any CPU script (crashed, the killed rank named).
+on any CPU script (crashed, the killed rank named). A DDP gradient bucket one rank skips pairs every later step's
+bucket with its peers' previous one (the model's one bucket a step: same size): a finding of its own, in a run
+that crashes at its end and in one that completes.
 """
 
 import os
@@ -16,7 +18,7 @@ import pytest
 
 from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
-from ddpfaults.faults import RankKilled
+from ddpfaults.faults import RankKilled, SkippedCollective
 
 pytestmark = pytest.mark.slow  # a real trainer: run apart (pyproject.toml)
 
@@ -86,4 +88,41 @@ def test_a_rank_killed_in_nanogpt_is_named(workdir):
     assert result.outcome == Outcome.CRASHED and result.root_rank == 1, result.report()
     assert result.ranks[1].state == RankState.DIED
     assert "--cuda-on-cpu true" in result.replay
+    assert _survivors(result) == []
+
+
+def _iterations(world_size, iters):
+    """ARGV for ``iters + 1`` optimizer steps (iterations 0..iters) at ``world_size`` ranks (nanoGPT divides its
+    gradient accumulation steps among the ranks)."""
+    changed = {"--gradient_accumulation_steps": world_size, "--max_iters": iters, "--lr_decay_iters": iters}
+    return [f"{a.split('=')[0]}={changed[a.split('=')[0]]}" if a.split("=")[0] in changed else a for a in ARGV]
+
+
+def test_a_skipped_bucket_pairs_every_later_step_with_the_next_until_the_run_ends(workdir):
+    """The issue's case: rank 1 skips its bucket at step 3; rank 0's steps 3-9 are averaged with rank 1's 4-10
+    (7 steps), then rank 1 ends its run and destroys its group while rank 0 waits in its step-10 bucket."""
+    skip = SkippedCollective(rank=1, step=3, op="ddp_bucket")
+    argv = _iterations(2, 10)
+    result = run_script(TRAIN, argv, world_size=2, cwd=workdir, cuda_on_cpu=True, faults=[skip], stall=20, timeout=300)
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 1, result.report()
+    assert "a fault fired on rank 1 only" in result.root_cause, result.report()
+    desync = result.desync
+    assert (desync.first_step, desync.steps, desync.at) == (3, 7, ((0, 3), (1, 4))), result.report()
+    assert desync.call.endswith("[DDP gradient bucket]") and desync.describe() in result.report()
+    assert _survivors(result) == []
+
+
+def test_a_skipped_bucket_paired_across_steps_in_a_run_that_completes_is_reported(workdir):
+    """4 ranks: rank 1 skips its bucket at step 3, the others theirs at step 8; every rank makes as many and the
+    run completes, rank 0's steps 3-7 averaged with rank 1's next (5 steps)."""
+    faults = [
+        SkippedCollective(rank=1, step=3, op="ddp_bucket"),
+        SkippedCollective(rank=[0, 2, 3], step=8, op="ddp_bucket"),
+    ]
+    argv = _iterations(4, 10)
+    result = run_script(TRAIN, argv, world_size=4, cwd=workdir, cuda_on_cpu=True, faults=faults, stall=20, timeout=300)
+    assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
+    desync = result.desync
+    assert (desync.first_step, desync.steps) == (3, 5), result.report()
+    assert desync.at == ((0, 3), (1, 4), (2, 3), (3, 3)) and desync.describe() in result.report()
     assert _survivors(result) == []

@@ -2,6 +2,7 @@
 rank-conditional evidence: hand-built rank results over a source file written for the test."""
 
 import textwrap
+import traceback as tb
 
 from ddpfaults.judge.attribution import attribute, branch_evidence, culprits
 from ddpfaults.judge.live import branches
@@ -44,6 +45,24 @@ def test_a_frame_inside_a_branch_on_the_rank_is_found_in_a_stack_or_a_traceback(
     assert branches.rank_branch(otherwise).describe() == "the else of `if rank == 0` at train.py:12 in main"
     traceback = f'Traceback (most recent call last):\n  File "{path}", line 8, in main\n' + TORCH
     assert branches.rank_branch(RankResult(0, RankState.RAISED, traceback=traceback)).site == "train.py:8 in main"
+
+
+def test_a_raised_rank_s_stack_taken_while_it_formatted_its_traceback_gives_way_to_the_traceback(tmp_path):
+    """A rank that raised out of ``trainer.evaluate()`` (its peers gone) was dumped already in ddpfaults' handler,
+    formatting the exception: no frame of the code there; its traceback still shows the branch (seen in a real
+    4-rank Hugging Face Trainer world, where the branch then went missing from the root cause)."""
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    formatting = (
+        "Thread 0x1 (most recent call first):\n"
+        f'  File "{tb.__file__}", line 184 in format_exc\n'
+        f'  File "{branches.__file__}", line 96 in run_job\n'
+    )
+    traceback = f'Traceback (most recent call last):\n  File "{path}", line 8, in main\n' + TORCH
+    raised = RankResult(0, RankState.RAISED, stack=formatting, traceback=traceback)
+    assert branches.rank_branch(raised) == branches.Branch("train.py:8 in main", "if trainer.is_world_process_zero()")
+    blocked = RankResult(0, RankState.BLOCKED, stack=stack(path, (14, "main")), traceback=traceback)
+    assert branches.rank_branch(blocked) is None  # a stack in the code is what the rank was doing: not in a branch
 
 
 def test_a_frame_in_no_branch_on_the_rank_or_in_a_library_or_an_unreadable_file_is_none(tmp_path):

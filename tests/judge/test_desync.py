@@ -38,3 +38,13 @@ def test_calls_in_step_on_every_rank_or_a_real_divergence_are_no_cross_step_pair
 def test_a_rank_out_of_its_loop_whose_calls_keep_its_last_step_is_not_training_on():
     """Join's shadow collectives: rank 1 ran out of inputs at step 2 and shadows its peers' steps 3 and 4."""
     assert cross_step([finished(0, range(5)), finished(1, [0, 1, 2, 2, 2])]) is None
+
+
+def test_the_last_step_of_a_rank_whose_data_ran_out_early_still_counts_as_paired_wrong():
+    """Rank 0's data ran out a batch early and rank 1 skipped its reduction at step 3: as many calls each, and rank
+    0's last step (its backward, in its loop) was averaged with rank 1's step 7 like steps 3-5 with the next; a
+    closing barrier past it is out of the loop."""
+    ranks = [finished(0, [*range(7), 6]), finished(1, [0, 1, 2, 4, 5, 6, 7, 7])]
+    assert (cross_step(ranks).first_step, cross_step(ranks).steps) == (3, 4)
+    shadowed = [finished(0, range(6)), finished(1, [0, 1, 2, 4, 4, 4])]  # rank 1 out of inputs after its step 4
+    assert cross_step(shadowed).steps == 1  # rank 0's step 3 met rank 1's step 4; its steps 4 and 5 met shadows

@@ -2,6 +2,8 @@
 
 import os
 import signal
+import sys
+import threading
 import time
 
 import torch
@@ -61,6 +63,58 @@ def dcp_saves_on_notice(ctx, steps=4, asynchronous=False):
                 else:
                     dcp.save({"model": model.state_dict()}, checkpoint_id=where)
                 return step
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return None
+
+
+def exits_on_notice(ctx, steps=4, code=1):
+    """All-reduce once a step; every rank's SIGTERM handler ends it with ``sys.exit(code)``, as a trainer's handler
+    that cleans up and exits does."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(code))
+    try:
+        t = torch.ones(1)
+        for step in range(steps):
+            ctx.step(step)
+            dist.all_reduce(t)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return float(t)
+
+
+class SlowToPickle:
+    """Pickling it takes ``seconds``: a checkpoint holding it takes that long to write, as a large model's does."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __reduce__(self):
+        time.sleep(self.seconds)
+        return (SlowToPickle, (0.0,))
+
+
+def periodic_save_over_the_notice(ctx, steps=6, every=2, seconds=1.0):
+    """A checkpoint every ``every`` steps, written by a thread (``torch.save`` into ``ctx.shared_dir``, taking
+    ``seconds``) while training goes on, and a SIGTERM handler that sets a stop flag the ranks all-reduce each step:
+    once it is set every rank waits for the checkpoint under way and stops without saving another (the periodic one
+    begun before the notice ends after it). Returns the step it stopped at (None: it was never preempted)."""
+    stop = torch.zeros(1)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
+    model = torch.nn.Linear(2, 1)
+    writer = None
+    try:
+        for step in range(steps):
+            ctx.step(step)
+            flag = stop.clone()
+            dist.all_reduce(flag)
+            if flag.item():
+                writer.join()
+                return step
+            if step % every == every - 1:
+                state = {"model": model.state_dict(), "slow": SlowToPickle(seconds)}
+                path = os.path.join(ctx.shared_dir, f"rank{ctx.rank}-step{step}.pt")
+                writer = threading.Thread(target=torch.save, args=(state, path))
+                writer.start()
     finally:
         signal.signal(signal.SIGTERM, previous)
     return None

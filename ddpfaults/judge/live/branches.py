@@ -56,12 +56,15 @@ def is_user_file(path: str) -> bool:
 
 def user_frames(rank: RankResult) -> list[tuple[str, int, str]]:
     """The rank's frames in the code under test, innermost first: from its stack (a faulthandler dump, innermost
-    first), else its traceback (outermost first)."""
-    if rank.stack:
-        frames = STACK_FRAME.findall(rank.stack.split("\n\n")[0])  # the main thread's dump comes first
-    else:
-        frames = list(reversed(STACK_FRAME.findall(rank.traceback or "")))
-    return [(path, int(line), fn) for path, line, fn in frames if is_user_file(path)]
+    first), else (no stack, or one taken after the rank raised, already out of that code: formatting its
+    traceback) its traceback (outermost first)."""
+    stack = STACK_FRAME.findall((rank.stack or "").split("\n\n")[0])  # the main thread's dump comes first
+    traceback = list(reversed(STACK_FRAME.findall(rank.traceback or "")))
+    for frames in (stack, traceback):
+        found = [(path, int(line), fn) for path, line, fn in frames if is_user_file(path)]
+        if found:
+            return found
+    return []
 
 
 @functools.lru_cache(maxsize=64)

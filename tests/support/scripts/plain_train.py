@@ -4,10 +4,13 @@ rank 0 saves a checkpoint at the end.
 ``--strategy naive`` skips a batch with no samples (``continue``: no forward, no backward, no optimizer
 step); ``fixed`` runs it with a zero loss over the whole graph, so its gradient all_reduce still happens.
 ``--empty-rank R --empty-step S`` makes the script empty that batch itself: how the ground truth is
-measured under plain ``torchrun``, where no ddpfaults fault exists.
+measured under plain ``torchrun``, where no ddpfaults fault exists. ``--exit-on-notice CODE``: a SIGTERM handler
+that ends the rank with ``sys.exit(CODE)``, as a trainer's that cleans up and exits does.
 """
 
 import argparse
+import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -23,7 +26,10 @@ def main():
     parser.add_argument("--checkpoint", default=None, help="where rank 0 saves (default: none)")
     parser.add_argument("--empty-rank", type=int, default=None)
     parser.add_argument("--empty-step", type=int, default=None)
+    parser.add_argument("--exit-on-notice", type=int, default=None)
     args = parser.parse_args()
+    if args.exit_on_notice is not None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(args.exit_on_notice))
 
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
