@@ -22,7 +22,9 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
     """Ctrl-C while the ranks (and their DataLoader workers) run: one line, status 130, every process below gone.
     Forked ranks: no fork server to start, the world is up in a moment."""
     command = [sys.executable, "-m", "ddpfaults", "run", f"{rankfns.__file__}:record_pids", "--world-size", "2"]
-    command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}", "--timeout", "90"]
+    # the world's timeout only guards: the Ctrl-C ends it (a world slow to start under load must not time out first)
+    command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}"]
+    command += ["--timeout", str(EVENT_GUARD)]
     command += ["--start-method", "fork"]
     run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

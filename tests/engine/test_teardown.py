@@ -23,7 +23,7 @@ LAUNCHER = textwrap.dedent(
     import rankfns
     from ddpfaults import run_world
     if __name__ == "__main__":
-        run_world(rankfns.record_pids, world_size=3, args=({directory!r},), kwargs=dict(hang="sleep"), timeout=120)
+        run_world(rankfns.record_pids, world_size=3, args=({directory!r},), kwargs=dict(hang="sleep"), timeout=600)
     """
 )
 
@@ -50,7 +50,7 @@ def test_nothing_survives_the_launcher(tmp_path, signum):
         pids = [i["pid"] for i in ranks] + [w for i in ranks for w in i["workers"]]
         fork_server = {i["ppid"] for i in ranks}
         assert len(pids) == 9 and alive(pids) == pids
-        time.sleep(0.3)  # the world is now hung (rank 0 sleeps; only the 120 s timeout would end it): interrupt it
+        time.sleep(0.3)  # the world is now hung (rank 0 sleeps; only the 600 s timeout would end it): interrupt it
         launcher.send_signal(signum)
         try:
             launcher.wait(timeout=120)

@@ -471,7 +471,7 @@ import rankfns_user
 
 def test_idles():
     os.makedirs("pids", exist_ok=True)
-    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=120, args=("pids",))
+    ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=600, args=("pids",))
 """
     )
     with open(user.path / "pytest.out", "wb") as out:
