@@ -13,7 +13,7 @@ import time
 import ddpfaults.__main__ as cli_main
 import rankfns
 from cli import ROOT, ddpfaults_cli
-from processes import EVENT_GUARD, alive, descendants
+from processes import EVENT_GUARD, alive, descendants, interruptible
 
 PLAIN = f"{ROOT}/tests/support/scripts/plain_train.py"
 
@@ -26,7 +26,9 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
     command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}"]
     command += ["--timeout", str(EVENT_GUARD)]
     command += ["--start-method", "fork"]
-    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    )
     try:
         deadline = time.monotonic() + EVENT_GUARD
         while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline:
