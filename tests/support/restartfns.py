@@ -1,5 +1,6 @@
 """Rank functions of the restart and preemption tests (module level: the ranks import them)."""
 
+import contextlib
 import os
 import signal
 import sys
@@ -8,6 +9,24 @@ import time
 
 import torch
 import torch.distributed as dist
+
+
+@contextlib.contextmanager
+def stop_on_notice():
+    """Yield ``stopping()``: True once a SIGTERM reached any rank (a flag its handler sets, all-reduced: every rank
+    calls it once a step). The previous SIGTERM handler is restored on the way out."""
+    stop = torch.zeros(1)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
+
+    def stopping() -> bool:
+        flag = stop.clone()
+        dist.all_reduce(flag)
+        return bool(flag.item())
+
+    try:
+        yield stopping
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def counting(ctx, steps=4):
@@ -48,23 +67,17 @@ def dcp_saves_on_notice(ctx, steps=4, asynchronous=False):
     step it stopped at (None: it was never preempted)."""
     import torch.distributed.checkpoint as dcp
 
-    stop = torch.zeros(1)
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
     model = torch.nn.Linear(2, 1)
-    try:
+    with stop_on_notice() as stopping:
         for step in range(steps):
             ctx.step(step)
-            flag = stop.clone()
-            dist.all_reduce(flag)
-            if flag.item():
+            if stopping():
                 where = os.path.join(ctx.shared_dir, f"step-{step}")
                 if asynchronous:
                     dcp.async_save({"model": model.state_dict()}, checkpoint_id=where).result()
                 else:
                     dcp.save({"model": model.state_dict()}, checkpoint_id=where)
                 return step
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return None
 
 
@@ -98,16 +111,12 @@ def periodic_save_over_the_notice(ctx, steps=6, every=2, seconds=1.0):
     ``seconds``) while training goes on, and a SIGTERM handler that sets a stop flag the ranks all-reduce each step:
     once it is set every rank waits for the checkpoint under way and stops without saving another (the periodic one
     begun before the notice ends after it). Returns the step it stopped at (None: it was never preempted)."""
-    stop = torch.zeros(1)
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.fill_(1))
     model = torch.nn.Linear(2, 1)
     writer = None
-    try:
+    with stop_on_notice() as stopping:
         for step in range(steps):
             ctx.step(step)
-            flag = stop.clone()
-            dist.all_reduce(flag)
-            if flag.item():
+            if stopping():
                 writer.join()
                 return step
             if step % every == every - 1:
@@ -115,8 +124,6 @@ def periodic_save_over_the_notice(ctx, steps=6, every=2, seconds=1.0):
                 path = os.path.join(ctx.shared_dir, f"rank{ctx.rank}-step{step}.pt")
                 writer = threading.Thread(target=torch.save, args=(state, path))
                 writer.start()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return None
 
 
