@@ -9,15 +9,18 @@ import sys
 import time
 import types
 
+import pytest
+
 import rankfns
-from ddpfaults import run_script, run_world
+from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.engine import pool
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.proc.tree import runnable
 from ddpfaults.spec import RunSpec
 
-BAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "bad_scripts.py")
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+BAD = os.path.join(SCRIPTS, "bad_scripts.py")
 
 
 def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
@@ -34,6 +37,15 @@ def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
     ] * 2
     assert result.elapsed < 4 + 3  # judged at the limit (plus stacks), not at the timeout
     assert "--startup 4 " in result.replay
+
+
+@pytest.mark.slow
+def test_a_script_whose_imports_take_40_cpu_seconds_completes_with_the_default_settings(fork_server):
+    """As importing transformers does under load: each rank computes for 40 s of its own CPU before it joins; no
+    setting is given, so the defaults must let it start, however starved the machine is."""
+    result = run_script(os.path.join(SCRIPTS, "slow_imports.py"), ["40"], world_size=2)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.elapsed >= 40, result.report()
 
 
 def _world(watches) -> LocalWorld:

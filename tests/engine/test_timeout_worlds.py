@@ -1,5 +1,5 @@
-"""The hard timeout on real worlds (2 gloo ranks, a function world and a script world): a healthy job still training
-at its deadline is timed out, with no culprit; a job stuck at its deadline stays hung, with its culprit."""
+"""The hard timeout on real worlds (2 and 4 gloo ranks, a function world and a script world): a healthy job still
+training at its deadline is timed out, with no culprit; a job stuck at its deadline stays hung, with its culprit."""
 
 import os
 from collections import Counter
@@ -24,13 +24,17 @@ def _no_survivors(result):
     assert census.survivors([r.pid for r in result.ranks if r.pid]) == []
 
 
-def test_a_function_world_still_training_at_its_timeout_timed_out_with_no_culprit(fork_server):
-    result = run_world(rankfns.ddp_train_for, world_size=2, args=(60,), timeout=TIMEOUT, stall=STALL)
-    _timed_out(result)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_function_world_still_training_at_its_timeout_timed_out_with_no_culprit(fork_server, world_size):
+    result = run_world(rankfns.ddp_train_for, world_size=world_size, args=(60,), timeout=TIMEOUT, stall=STALL)
+    _timed_out(result, world_size)
     _no_survivors(result)
 
 
-def test_a_script_still_training_at_its_timeout_timed_out_and_run_exits_3(fork_server, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_script_still_training_at_its_timeout_timed_out_and_run_exits_3(
+    fork_server, tmp_path, capsys, monkeypatch, world_size
+):
     """``python -m ddpfaults run train.py --timeout 5`` on a script that trains for a minute."""
     report = tmp_path / "world.json"
     run = ddpfaults_cli(
@@ -39,7 +43,7 @@ def test_a_script_still_training_at_its_timeout_timed_out_and_run_exits_3(fork_s
         "run",
         SCRIPT,
         "--world-size",
-        "2",
+        world_size,
         "--timeout",
         TIMEOUT,
         "--json",
@@ -49,21 +53,22 @@ def test_a_script_still_training_at_its_timeout_timed_out_and_run_exits_3(fork_s
         "60",
     )
     assert run.returncode == EXIT_TIMED_OUT == 3, run.stdout
-    assert "2-rank gloo world TIMED OUT" in run.stdout and "root cause: still training at the deadline" in run.stdout
+    assert f"{world_size}-rank gloo world TIMED OUT" in run.stdout
+    assert "root cause: still training at the deadline" in run.stdout
     (world,) = read_document(report)["worlds"]
     result = WorldResult.from_dict(world)
     assert result.step_clock == "optimizer"
-    _timed_out(result)
+    _timed_out(result, world_size)
     _no_survivors(result)
 
 
-def _timed_out(result: WorldResult) -> None:
+def _timed_out(result: WorldResult, world_size: int) -> None:
     """Timed out, with no rank blamed and no divergence; the root cause says where the ranks were and how recently
     the world moved, as the data shows; each recorded collective sits in its own step."""
     assert result.outcome == Outcome.TIMED_OUT, result.report()
     assert result.reason == f"hard timeout of {TIMEOUT} s reached"
     assert result.root_rank is None and result.divergence is None, result.report()
-    assert [r.outcome for r in result.ranks] == [Outcome.TIMED_OUT] * 2
+    assert [r.outcome for r in result.ranks] == [Outcome.TIMED_OUT] * world_size
     steps = sorted({r.last_step for r in result.ranks})
     where = f"step {steps[0]} on every rank" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     ago = TIMEOUT - last_progress(result.ranks, until=TIMEOUT)
