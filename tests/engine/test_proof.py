@@ -13,7 +13,7 @@ import rankfns
 from ddpfaults import Outcome, RankState, run_script, run_world
 from ddpfaults.engine import census
 from ddpfaults.faults import SkippedCollective, SlowLink
-from ddpfaults.judge.live.loop import ABANDON_QUIET
+from ddpfaults.judge.live.rendezvous import ABANDON_QUIET
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 STALL, TIMEOUT = 10.0, 40.0  # nothing here may wait for the stall rule

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from ddpfaults.judge.live import loop
+from ddpfaults.judge.live import loop, rendezvous
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import RunSpec, StopReason
 
@@ -618,7 +618,7 @@ def test_a_rank_that_failed_while_its_peers_wait_to_join_is_a_crash_once_they_ar
     script[0.3] = failed_before_joining(1)
     world = ScriptedWorld(clock, world_size, script)
     assert loop.watch(world, RunSpec(world_size=world_size, stall=2, timeout=60)) is StopReason.ABANDONED
-    assert 0.3 + loop.ABANDON_QUIET <= clock.now - world.t0 < 0.35 + loop.ABANDON_QUIET
+    assert 0.3 + rendezvous.ABANDON_QUIET <= clock.now - world.t0 < 0.35 + rendezvous.ABANDON_QUIET
     assert not StopReason.ABANDONED.hung  # its outcome is crashed
 
 
@@ -647,7 +647,7 @@ def test_a_rank_that_failed_after_joining_while_a_peer_still_joins_is_a_crash(cl
     script[0.5] = [(0, leave(2)), (0, {"k": "failed", "error": "RuntimeError: Connection closed by peer"})]
     world = ScriptedWorld(clock, 4, script)
     assert loop.watch(world, RunSpec(world_size=4, stall=2, timeout=60)) is StopReason.ABANDONED
-    assert clock.now - world.t0 < 0.55 + loop.ABANDON_QUIET
+    assert clock.now - world.t0 < 0.55 + rendezvous.ABANDON_QUIET
 
 
 def test_only_a_failure_of_its_own_abandons_a_rendezvous(clock):

@@ -42,7 +42,8 @@ from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.live import branches
 from ddpfaults.judge.live.observer import Observer
-from ddpfaults.judge.live.prover import Prover, abandoned, in_rendezvous
+from ddpfaults.judge.live.prover import Prover
+from ddpfaults.judge.live.rendezvous import QuietRendezvous, abandoned, in_rendezvous, under_way
 from ddpfaults.judge.live.watch import frame_text, is_busy
 from ddpfaults.judge.p2p import p2p_finding, split_finding
 from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
@@ -56,10 +57,7 @@ from ddpfaults.judge.verdict import (
 from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
-RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
-ABANDON_QUIET = 0.5  # seconds the ranks left in an abandoned rendezvous must be seen idle before the verdict
-IDLE_CPU = 0.05  # the share of a core a main thread that waits may use (polling a FileStore); more is computing
 _PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
 
@@ -92,7 +90,7 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
                 return StopReason.ABANDONED
         else:
             rendezvous.idle_since = None
-        starting = _starting(observer, now)
+        starting = under_way(observer, now)
         if starting and now - observer.t0 >= spec.startup_limit:
             stop = StopReason.STARTUP
         elif now - observer.t0 >= spec.timeout:
@@ -144,38 +142,6 @@ class CpuWindow:
         return [i for i in indices if i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]]
 
 
-class QuietRendezvous:
-    """Whether the ranks left in an abandoned rendezvous wait, or still run their own code: a rank that has not
-    joined may be doing what its failed peer did (connecting to the store, building the backend), and fail the same
-    way on its own. They wait once none of them has been runnable at any look for :data:`ABANDON_QUIET` and their
-    main threads used less than :data:`IDLE_CPU` of a core meanwhile (a rank blocked on a peer's address in a
-    TCPStore uses none; one polling a FileStore, a little)."""
-
-    def __init__(self, observer: Observer):
-        self.observer = observer
-        self.idle_since: float | None = None
-        self.cpu: dict[int, float] = {}
-
-    def idle(self, live: list[int], now: float) -> bool:
-        """True once the ``live`` ranks have been idle for :data:`ABANDON_QUIET`."""
-        if self.idle_since is not None and not _any_runnable(self.observer, live):
-            if now - self.idle_since < ABANDON_QUIET:
-                return False
-            used = max((self.observer.cpu(i, main=True) or 0.0) - self.cpu.get(i, 0.0) for i in live)
-            if used <= IDLE_CPU * (now - self.idle_since):
-                return True
-        self.idle_since = now
-        self.cpu = {i: self.observer.cpu(i, main=True) or 0.0 for i in live}
-        return False
-
-
-def _starting(observer: Observer, now: float) -> bool:
-    """True while the rendezvous can still complete: some rank has not joined the process group yet, and none
-    has ended (finished, failed or died) without joining (its peers would then wait for it for ever)."""
-    unjoined = [w for w in observer.watches if not w.joined]
-    return bool(unjoined) and not any(w.ended or observer.dead(w.rank, now) for w in unjoined)
-
-
 def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
     """In exit mode gloo needs a moment to tell the peers of a failed rank; don't call that a hang yet."""
     seen = observer.failures_seen(now) if spec.peer_failure == "exit" else []
@@ -203,7 +169,7 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
     if not window.covers(now):
         return False  # the evidence of the main threads' CPU is not in yet
     computing = [i for i in live if i not in polling]
-    if window.ran(computing) or _any_runnable(observer, computing):
+    if window.ran(computing) or observer.any_runnable(computing):
         return False  # computing with a small share of a core (more ranks than cores): slow, not hung
     if unsure:
         observer.collect_stacks(unsure)
@@ -233,20 +199,10 @@ def _still_starting(observer: Observer, live: list[int], now: float, window: Cpu
             or is_importing(w.stack)
             or is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now)
             or window.ran([i])
-            or _any_runnable(observer, [i])
+            or observer.any_runnable([i])
         ):
             found.append(i)
     return found
-
-
-def _any_runnable(observer: Observer, indices: list[int]) -> bool:
-    """True if any of the ranks is runnable in one of :data:`RUNNABLE_LOOKS` looks over them all."""
-    for look in range(RUNNABLE_LOOKS):
-        if any(observer.runnable(i) for i in indices):
-            return True
-        if look + 1 < RUNNABLE_LOOKS:
-            time.sleep(RUNNABLE_GAP)
-    return False
 
 
 def rank_result(

@@ -5,9 +5,13 @@ watch through it; it imports neither."""
 
 from __future__ import annotations
 
+import time
+
 from ddpfaults.judge import deadlock
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import StopReason
+
+RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 
 
 class Observer:
@@ -43,6 +47,17 @@ class Observer:
         """True if rank ``i``'s main thread (``threads``: any of its threads) is computing right now, however little
         CPU it gets (None: unknown)."""
         return None
+
+    def any_runnable(self, indices: list[int], threads: bool = False) -> bool:
+        """True if the main thread (``threads``: any thread) of any of the ranks is runnable in one of
+        :data:`RUNNABLE_LOOKS` looks over them all, :data:`RUNNABLE_GAP` s apart: a process starved of CPU is seen
+        runnable at some look, one that waits at none."""
+        for look in range(RUNNABLE_LOOKS):
+            if any(self.runnable(i, threads=threads) for i in indices):
+                return True
+            if look + 1 < RUNNABLE_LOOKS:
+                time.sleep(RUNNABLE_GAP)
+        return False
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""

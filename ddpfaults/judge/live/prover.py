@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from ddpfaults.judge import deadlock, p2p
 from ddpfaults.judge.deadlock import Op, Stand, Standing
+from ddpfaults.judge.live.rendezvous import in_rendezvous
 from ddpfaults.judge.live.watch import RankWatch
-from ddpfaults.judge.verdict import innermost_frame, is_collateral
+from ddpfaults.judge.verdict import innermost_frame
 from ddpfaults.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -26,27 +27,6 @@ PROOF_RETRIES = (0.02, 0.05, 0.1, 0.2, 0.4)  # seconds between checks of a deadl
 #: still leaving its call; 0.02 s here was a fifth of the 0.1 s goal)
 P2P_SECOND_LOOK = 0.005
 UNTRACED_QUIET = 0.03  # seconds without an event before a rank's untraced wait (plain DDP's) is looked at
-THREAD_LOOKS, THREAD_GAP = 3, 0.005  # looks at a rank's threads' /proc state (and seconds between them)
-
-
-def in_rendezvous(w: RankWatch) -> dict | None:
-    """The "enter" event of the ``init_process_group`` rank ``w`` is in, if it has not joined the group yet."""
-    if w.joined:
-        return None
-    return next((e for e in w.entered.values() if e.get("op") == "init_process_group"), None)
-
-
-def abandoned(observer: Observer, live: list[int], now: float) -> bool:
-    """True when a rank failed with its own error (not a consequence of another's) or died, and every rank still
-    running waits in ``init_process_group``: in ``peer_failure="exit"`` mode the failed rank's process ends, so the
-    rendezvous can never complete with it (those ranks wait for ever, or fail connecting to it) and the world is a
-    crash, those ranks its collateral, as under torchrun."""
-    failed = [
-        w
-        for w in observer.watches
-        if (w.ended == "failed" and not is_collateral((w.end or {}).get("error"))) or observer.dead(w.rank, now)
-    ]
-    return bool(failed) and bool(live) and all(in_rendezvous(observer.watches[i]) is not None for i in live)
 
 
 class Prover:
@@ -89,7 +69,7 @@ class Prover:
             self.next_try = None  # nothing to prove until the events change
             return False
         if untraced and (
-            not any(s.stand != Stand.FREE for s in standings) or _any_threads_runnable(self.observer, untraced)
+            not any(s.stand != Stand.FREE for s in standings) or self.observer.any_runnable(untraced, threads=True)
         ):
             return False  # nothing to start a proof from, or computing: looked at again next time
         live = self.observer.live(now)
@@ -105,7 +85,7 @@ class Prover:
         self.untraced = set(untraced)
         proof = None if moved else deadlock.prove(self.standings(time.monotonic(), confirm=True))
         sending = [x.rank for x in proof.stuck if x.op.group == deadlock.P2P] if proof is not None else []
-        if sending and _any_threads_runnable(self.observer, sending):
+        if sending and self.observer.any_runnable(sending, threads=True):
             proof = None  # a send or receive the record does not confirm: its thread must not run
         if proof is None:
             gap = self.retries.pop(0) if self.retries else PROOF_RETRIES[-1] if self.unanswered else None
@@ -128,7 +108,7 @@ class Prover:
             self.p2p_seen = self.seen
             self.next_try = now + P2P_SECOND_LOOK
             return False
-        if _any_threads_runnable(self.observer, [s.rank for s in proof.stuck]):
+        if self.observer.any_runnable([s.rank for s in proof.stuck], threads=True):
             self.next_try = now + (self.retries.pop(0) if self.retries else PROOF_RETRIES[-1])
             return False
         self.observer.collect_stacks(self.observer.live(now))  # the report's stacks
@@ -314,16 +294,6 @@ def _in_backward(stack: str | None) -> bool:
     """True if a main-thread stack's innermost frame is autograd running a backward pass (in C++ below it)."""
     frame = innermost_frame(stack) or ""
     return f"torch{os.sep}autograd{os.sep}graph.py" in frame and frame.endswith(f"in {deadlock.BACKWARD_FRAME}")
-
-
-def _any_threads_runnable(observer: Observer, indices: list[int]) -> bool:
-    """True if a thread of any of the ranks is runnable in one of :data:`THREAD_LOOKS` looks over them all."""
-    for look in range(THREAD_LOOKS):
-        if any(observer.runnable(i, threads=True) for i in indices):
-            return True
-        if look + 1 < THREAD_LOOKS:
-            time.sleep(THREAD_GAP)
-    return False
 
 
 def _at(observer: Observer, event: dict) -> float | None:
