@@ -10,7 +10,9 @@ processes, no torch), each giving a :class:`~ddpfaults.judge.results.Cause` or N
   ends make (crashed).
 - **common error**: every rank raised the same exception (numbers in its message aside: a message may name the
   rank) at the same site and step, on its own (none a consequence of a peer's failure, no fault fired on only some
-  of them). The code or the environment is at fault, not a rank.
+  of them). The code or the environment is at fault, not a rank. A rank that failed as a consequence before it
+  joined the process group (on a loaded machine, still connecting gloo's mesh when its peers raised and exited)
+  never got as far as the error: it is set aside, if at least two ranks raised it.
 """
 
 from __future__ import annotations
@@ -94,8 +96,17 @@ def _alike(rank: RankResult) -> tuple:
     return re.sub(r"\d+", "#", rank.error or ""), rank.site, rank.last_step
 
 
+def _joined(rank: RankResult) -> bool:
+    """True if the rank's ``init_process_group`` returned (its events hold the call's exit)."""
+    calls = {e.get("seq") for e in rank.events if e.get("k") == "enter" and e.get("op") == "init_process_group"}
+    return any(e.get("k") == "exit" and e.get("seq") in calls for e in rank.events)
+
+
 def common_error(ranks: list[RankResult]) -> Cause | None:
-    """Every rank's same exception at the same site and step, each raised on its own (the module docstring)."""
+    """Every rank's same exception at the same site and step, each raised on its own, the ranks that failed as a
+    consequence before they joined set aside (the module docstring)."""
+    unreached = [r.rank for r in ranks if r.collateral and RankState(r.state) in _FAILED and not _joined(r)]
+    ranks = [r for r in ranks if r.rank not in unreached]
     if len(ranks) < 2 or any(RankState(r.state) != RankState.RAISED or r.collateral or _named(r) for r in ranks):
         return None
     if len({_alike(r) for r in ranks}) != 1:
@@ -112,6 +123,7 @@ def common_error(ranks: list[RankResult]) -> Cause | None:
         site=first.site or "",
         step=first.last_step,
         how=f"rank {first.rank}'s message; the others' differ only in numbers" if differ else "",
+        unreached=tuple(unreached),
     )
 
 

@@ -184,7 +184,8 @@ class Cause:
     its ``kind`` (one of :data:`CAUSE_KINDS`), the rank at fault (``culprit``, None when none is), the ranks it
     concerns and its facts: the exception every rank raised and where (``error``, ``site``, ``step``), the fault
     that acted (``fault``, its repr, and ``how``, what it did; for a common error, how the ranks' messages
-    differ)."""
+    differ); for a common error, ``unreached``: the ranks that failed as a consequence of the others' exits before
+    they joined the process group, so never got as far as the error."""
 
     kind: str
     culprit: int | None = None
@@ -194,6 +195,7 @@ class Cause:
     step: int | None = None
     fault: str = ""
     how: str = ""
+    unreached: tuple = ()
 
     def describe(self) -> str:
         """The root cause in one sentence."""
@@ -201,8 +203,15 @@ class Cause:
         if self.kind == "common_error":
             site = f" at {self.site}" if self.site else ""
             note = f" ({self.how})" if self.how else ""
+            who, short = "every rank", ""
+            if self.unreached:
+                who = format_ranks(self.ranks)
+                short = (
+                    f"; {format_ranks(self.unreached)} failed as a consequence, connecting to them as they exited, "
+                    f"before {'it' if len(self.unreached) == 1 else 'they'} joined the process group"
+                )
             return (
-                f"every rank raised {self.error}{site}{step}, each on its own{note}: a common cause (the code or "
+                f"{who} raised {self.error}{site}{step}, each on its own{note}{short}: a common cause (the code or "
                 f"the environment), no rank at fault"
             )
         if self.kind == "preemption":
@@ -215,7 +224,7 @@ class Cause:
     @classmethod
     def from_dict(cls, data: dict) -> Cause:
         """Inverse of ``dataclasses.asdict``."""
-        return cls(**{**data, "ranks": tuple(data.get("ranks", ()))})
+        return cls(**{**data, "ranks": tuple(data.get("ranks", ())), "unreached": tuple(data.get("unreached", ()))})
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def _no_culprit(result, kind):
 def test_every_rank_raising_a_gpu_call_on_its_own_is_a_common_cause(world_size):
     script = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--steps", "2"], world_size=world_size, timeout=90)
     _no_culprit(script, "common_error")
-    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:31 in main"), script.report()
+    assert script.root_cause.startswith(f"every rank raised {CUDA} at common_error.py:35 in main"), script.report()
     function = run_world(gpu_call_on_cpu, world_size=world_size, timeout=90)
     _no_culprit(function, "common_error")
     assert function.root_cause.startswith(f"every rank raised {CUDA} at causefns.py:13 in gpu_call_on_cpu at step 1")

@@ -61,6 +61,40 @@ def test_a_different_site_step_or_message_or_one_rank_not_raising_is_no_common_e
     assert common_error(ranks) is None  # a consequence of something else
 
 
+JOINED = [{"k": "enter", "seq": 0, "op": "init_process_group"}, {"k": "exit", "seq": 0}]
+CONNECTING = [{"k": "enter", "seq": 0, "op": "init_process_group"}]
+MESH = "RuntimeError: Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer [127.0.0.1]:20124"
+
+
+def test_a_rank_that_failed_connecting_as_the_others_exited_is_set_aside_from_their_common_error():
+    # measured on a fresh clone beside 4 CPU hogs: ranks 0-2 joined and raised DDP's device_ids error; rank 3, still
+    # inside gloo's connectFullMesh, failed when their processes exited
+    ranks = [raised(r, error=DEVICE_IDS.format(r), events=JOINED) for r in range(3)]
+    ranks.append(RankResult(3, RankState.RAISED, error=MESH, site="x.py:1 in f", failed_at=9.0, events=CONNECTING))
+    decision = _decide(ranks)
+    assert ranks[3].collateral
+    assert decision.outcome == Outcome.CRASHED and decision.root_rank is None
+    assert decision.cause.kind == "common_error" and decision.cause.ranks == (0, 1, 2)
+    assert decision.cause.unreached == (3,)
+    assert decision.root_cause.startswith(f"ranks 0-2 raised {DEVICE_IDS.format(0)} at train.py:89 in main at step 0")
+    assert (
+        "; rank 3 failed as a consequence, connecting to them as they exited, before it joined the process group: a "
+        "common cause (the code or the environment), no rank at fault" in decision.root_cause
+    )
+
+
+def test_a_consequence_after_joining_or_one_rank_raising_alone_keeps_its_culprit():
+    # a rank that joined and then failed as a consequence did get past where the others raised: it may be the
+    # others' branch that raised (rank-0-only code), so the error is no common one
+    after = RankResult(2, RankState.RAISED, error=CLOSED, site="x.py:1 in f", failed_at=9.0, events=JOINED)
+    decision = _decide([raised(0, events=JOINED), raised(1, events=JOINED), after])
+    assert decision.cause is None and decision.root_rank == 0
+    # one rank raising, its one peer still connecting: one rank's error is no common one
+    connecting = RankResult(1, RankState.RAISED, error=MESH, site="x.py:1 in f", failed_at=9.0, events=CONNECTING)
+    decision = _decide([raised(0, events=JOINED), connecting])
+    assert decision.cause is None and decision.root_rank == 0
+
+
 def test_a_fault_on_some_ranks_only_is_no_common_error_but_one_on_every_rank_is():
     crash = FiredFault(0, "RankCrash(rank=1, step=0)", 1, 0, "on_step", effect="on_step")
     assert common_error([raised(0), raised(1, fired=[crash])]) is None
@@ -133,7 +167,7 @@ def test_a_torn_file_names_its_writer_not_the_first_rank_the_checkpoint_exceptio
 
 
 def test_a_cause_round_trips_through_the_report_document():
-    cause = Cause("common_error", ranks=(0, 1), error=CUDA, site="train.py:89 in main", step=0)
+    cause = Cause("common_error", ranks=(0, 1), error=CUDA, site="train.py:89 in main", step=0, unreached=(2,))
     world = WorldResult(Outcome.CRASHED, [raised(0), raised(1)], cause.describe(), None, "ended", 1.0, cause=cause)
     again = WorldResult.from_dict(world.to_dict())
     assert again.cause == cause
