@@ -18,7 +18,7 @@ from ddpfaults.matrix import Row, run_case
 from ddpfaults.scenario import discover
 from ddpfaults.soak import Flip, Hogs, Totals, case_lines, percentile, summary_line, tally, totals, unusual_run
 from ddpfaults.spec import RunSpec
-from processes import alive, descendants, interruptible
+from processes import EVENT_GUARD, alive, descendants, interruptible
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 TINY = os.path.join(ROOT, "tests", "support", "soak_scenarios.py")
@@ -356,7 +356,10 @@ def test_hogs_die_with_a_soak_that_is_terminated_or_killed(signum):
         assert alive([hog]) == [hog]
         os.setpriority(os.PRIO_PROCESS, hog, 19)  # it must exist and die, not load the other tests' workers
         owner.send_signal(signum)
-        owner.wait(timeout=60)
+        try:
+            owner.wait(timeout=EVENT_GUARD)  # only a guard against a hang: its exit is the event waited for
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the hogs' owner outlived its {signum.name}: {_signal_state(owner.pid)}") from None
     finally:
         if owner.poll() is None:
             owner.kill()
@@ -364,6 +367,15 @@ def test_hogs_die_with_a_soak_that_is_terminated_or_killed(signum):
     assert owner.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
     # a hog at nice 19 on a loaded machine may not have run its first line yet: it exits once it gets the CPU
     assert _gone([hog], 300) == [], f"the hog outlived its owner's {signum.name}"
+
+
+def _signal_state(pid: int) -> str:
+    """A process's signal masks and state, from ``/proc`` (a signal blocked or ignored there is inherited)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "; ".join(line.strip() for line in f if line.startswith(("State", "Sig", "Shd")))
+    except OSError as exc:
+        return f"no /proc status ({exc})"
 
 
 def _bad_world_module(tmp_path) -> str:
