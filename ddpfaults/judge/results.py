@@ -315,6 +315,7 @@ class RankResult:
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
     timed_out: bool = False  # still running (or blocked) when its world timed out while making progress
     starting: bool = False  # never joined the process group and still starting (importing, computing) when judged
+    computing: bool = False  # its main thread runnable or running in the last quiet spell when the timeout came
     wrapped: list[dict] = field(default_factory=list)  # the modules it wrapped in DDP/FSDP, their state's digest
 
     @property

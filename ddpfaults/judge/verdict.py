@@ -306,9 +306,12 @@ def last_progress(ranks: list[RankResult], until: float = math.inf) -> float | N
 
 def progressing(ranks: list[RankResult], deadline: float, stall: float) -> bool:
     """True if the world was still making progress at ``deadline`` (seconds since its start): no rank raised or
-    died, and its :func:`last_progress` came less than ``stall`` seconds before the deadline."""
+    died, and its :func:`last_progress` came less than ``stall`` seconds before the deadline, or a rank was
+    :attr:`~RankResult.computing` then (starved of CPU, it writes events seldom: slow, not stuck)."""
     if any(r.state in (RankState.RAISED, RankState.DIED) for r in ranks):
         return False
+    if any(r.computing for r in ranks):
+        return True
     last = last_progress(ranks, until=deadline)
     return last is not None and deadline - last < stall
 

@@ -222,6 +222,9 @@ def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, c
     world.computing = {1} if computing else set()
     reason = loop.watch(world, RunSpec(world_size=2, stall=2, timeout=20))
     assert reason is (StopReason.TIMEOUT if computing else StopReason.STALL)
+    # what the verdict reads: at the timeout, the rank found computing (the world then timed out, however long ago
+    # its last event came); none when the stall rule stopped it
+    assert world.computing_at_deadline == ((1,) if computing else ())
 
 
 def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():

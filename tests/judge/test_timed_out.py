@@ -72,6 +72,25 @@ def test_a_world_stuck_at_the_timeout_stays_hung_with_its_culprit():
     assert decision.root_rank == 1 and "train.py:14 in slow_io" in decision.root_cause
 
 
+def test_a_rank_computing_at_the_timeout_makes_a_quiet_world_timed_out_not_hung():
+    """As bench_scale's 256 ranks on 2 cores: no event in the stall window before the deadline (starved ranks write
+    seldom), but a rank's main thread was runnable or ran then; every rank finished while the verdict was taken.
+    Judged hung before (2 runs of 4); the same world with no rank computing stays hung."""
+    ranks = [live(0, 1, 290.0, computing=True), live(1, 1, 291.0, RankState.BLOCKED)]
+    assert world_outcome(ranks, "timeout", deadline=300.0, stall=2.0) is Outcome.TIMED_OUT
+    decision = decide(ranks, None, "timeout", deadline=300.0, stall=2.0)
+    assert decision.root_rank is None and decision.root_cause.startswith("still training at the deadline: step 1")
+    quiet = [live(0, 1, 290.0), live(1, 1, 291.0, RankState.BLOCKED)]
+    assert world_outcome(quiet, "timeout", deadline=300.0, stall=2.0) is Outcome.HUNG
+    failed = [*ranks, RankResult(rank=2, state=RankState.RAISED, error="ValueError: x")]
+    assert world_outcome(failed, "timeout", deadline=300.0, stall=2.0) is not Outcome.TIMED_OUT  # a failure decides
+
+
+def test_computing_survives_the_report_document():
+    rank = live(0, 1, 290.0, computing=True)
+    assert RankResult.from_dict(rank.to_dict()).computing is True
+
+
 @pytest.mark.parametrize("last_t, outcome", [(3.01, Outcome.TIMED_OUT), (3.0, Outcome.HUNG), (2.5, Outcome.HUNG)])
 def test_the_stall_window_before_the_deadline_decides(last_t, outcome):
     ranks = [live(0, 9, last_t), live(1, 9, 1.0, RankState.BLOCKED)]

@@ -98,6 +98,8 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
         else:
             stop = observer.stop_requested(now)
         if stop is not None:
+            if stop == StopReason.TIMEOUT:
+                observer.computing_at_deadline = tuple(_computing(observer, live, window))
             observer.collect_stacks(live)
             if starting:
                 observer.still_starting = tuple(_still_starting(observer, live, now, window))
@@ -184,6 +186,13 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
     return all(observer.watches[i].stack is not None for i in waiting if observer.watches[i].events)
 
 
+def _computing(observer: Observer, live: list[int], window: CpuWindow) -> list[int]:
+    """The live ranks whose main thread is runnable or ran in the quiet spell's ``window`` when the hard timeout came:
+    starved of CPU (256 ranks on 2 cores write an event every few seconds), not waiting on their peers."""
+    ran = set(window.ran(live))
+    return [i for i in live if i in ran or observer.runnable(i)]
+
+
 def _still_starting(observer: Observer, live: list[int], now: float, window: CpuWindow) -> list[int]:
     """The live ranks, not joined and not in the rendezvous, still starting when start-up's limit came (their stacks
     just taken): no event yet, no stack (it did not get the CPU to answer), importing, or computing (busy since its
@@ -217,6 +226,7 @@ def rank_result(
         collectives=[dataclasses.replace(c, seq=n) for n, c in enumerate(w.collectives, 1)],  # #N is the N-th
         fired=w.fired,
         starting=i in observer.still_starting,
+        computing=i in observer.computing_at_deadline,
         **observer.describe(i),
     )
     reported = observer.reported(i)

@@ -26,6 +26,7 @@ class Observer:
     failed_where = "raised; exiting"
     proof: deadlock.Proof | None = None  # what :func:`watch` proved, when it stopped with StopReason.PROVEN
     still_starting: tuple = ()  # the ranks :func:`watch` found still starting when it stopped at start-up's limit
+    computing_at_deadline: tuple = ()  # the ranks :func:`watch` found computing when the hard timeout stopped it
 
     def poll(self, wait: float) -> None:
         """Wait up to ``wait`` seconds for news, then bring every rank's watch up to date."""
