@@ -21,7 +21,15 @@ from ddpfaults.faults import Plan, batches
 from ddpfaults.judge.checks import recovery, resume
 from ddpfaults.judge.live import loop
 from ddpfaults.judge.live.observer import Observer
-from ddpfaults.judge.live.watch import RankWatch, cpu_seconds, main_thread, read_dump, tail, telling_line
+from ddpfaults.judge.live.watch import (
+    RankWatch,
+    cpu_seconds,
+    demand_seconds,
+    main_thread,
+    read_dump,
+    tail,
+    telling_line,
+)
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.proc import tree
 from ddpfaults.rank.main import Job
@@ -324,6 +332,10 @@ class LocalWorld(Observer):
     def cpu(self, i: int, main: bool = False) -> float | None:
         """CPU seconds (``main``: of its main thread alone) from /proc."""
         return cpu_seconds(self.procs[i].pid, main)
+
+    def demand(self, i: int) -> float | None:
+        """Its main thread's seconds on a core and in a run queue, from /proc."""
+        return demand_seconds(self.procs[i].pid)
 
     def runnable(self, i: int, threads: bool = False) -> bool | None:
         """Its main thread (``threads``: any of its threads) running or waiting for a CPU (/proc state R)."""

@@ -36,6 +36,7 @@ class ScriptedWorld(loop.Observer):
         self.computing: set[int] = set()  # ranks whose main thread is runnable
         self.records: dict[int, dict] = {}  # each rank's flight-recorder dump, as the judge would read it now
         self.threads_busy: set[int] = set()  # ranks one of whose threads is runnable
+        self.wants_core: dict[int, float] = {}  # the share of the time each rank's main thread wants a core (unknown)
         self.dead_ranks: set[int] = set()
 
     def poll(self, wait: float) -> None:
@@ -65,6 +66,10 @@ class ScriptedWorld(loop.Observer):
         self.stacks_asked.append(sorted(indices))
         for i in indices:
             self.watches[i].stack = self.stacks.get(i, GLOO_WAIT_STACK)
+
+    def demand(self, i: int) -> float | None:
+        share = self.wants_core.get(i)
+        return None if share is None else share * (self.clock.now - self.t0)
 
     def runnable(self, i: int, threads: bool = False) -> bool | None:
         return i in (self.threads_busy if threads else self.computing)
@@ -612,20 +617,25 @@ def failed_before_joining(rank, error="ValueError: no data", t=0.3):
     return [(rank, {"k": "start", "t": 0.1, "main_thread": MAIN}), (rank, {"k": "failed", "error": error, "t": t})]
 
 
+@pytest.mark.parametrize("polling", [False, True], ids=["blocked", "polling a loaded store"])
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_rank_that_failed_while_its_peers_wait_to_join_is_a_crash_once_they_are_seen_idle(clock, world_size):
+def test_a_rank_that_failed_while_its_peers_wait_to_join_is_a_crash_once_they_are_seen_idle(clock, world_size, polling):
     # peer_failure="exit": rank 1 raised before init_process_group and its process ends; the others wait in the
-    # rendezvous, which can never complete
+    # rendezvous, which can never complete. Polling a FileStore on a loaded machine, they are often seen runnable
+    # but want a core a small share of the time
     script = {0.1: [(r, {"k": "start", "t": 0.1}) for r in range(world_size) if r != 1]}
     script[0.2] = [(r, {**enter_init(), "t": 0.2}) for r in range(world_size) if r != 1]
     script[0.3] = failed_before_joining(1)
     world = ScriptedWorld(clock, world_size, script)
+    if polling:
+        world.computing = set(range(world_size))
+        world.wants_core = dict.fromkeys(range(world_size), 0.14)
     assert loop.watch(world, RunSpec(world_size=world_size, stall=2, timeout=60)) is StopReason.ABANDONED
     assert 0.3 + rendezvous.ABANDON_QUIET <= clock.now - world.t0 < 0.35 + rendezvous.ABANDON_QUIET
     assert not StopReason.ABANDONED.hung  # its outcome is crashed
 
 
-@pytest.mark.parametrize("still", ["its main thread runs", "it is runnable"])
+@pytest.mark.parametrize("still", ["its main thread runs", "it is runnable", "it wants a core all the time"])
 def test_a_rank_still_running_its_own_code_in_the_rendezvous_is_waited_for(clock, still):
     # rank 0 joined and raised; rank 1, starved, is still inside init_process_group and may fail the same way
     script = {0.1: joined(0) + [(1, {"k": "start", "t": 0.1}), (1, {**enter_init(), "t": 0.1})]}
@@ -634,8 +644,10 @@ def test_a_rank_still_running_its_own_code_in_the_rendezvous_is_waited_for(clock
     world = ScriptedWorld(clock, 2, script)
     if still == "its main thread runs":
         world.cpu = lambda i, main=False: clock.now if i == 1 and main else 0.0
-    else:
+    elif still == "it is runnable":
         world.computing = {1}
+    else:  # starved: it gets no CPU to speak of, and is runnable only at some looks
+        world.wants_core = {0: 0.0, 1: 1.0}
     assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.ENDED
     assert clock.now - world.t0 >= 2.0
 

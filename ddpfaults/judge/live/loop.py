@@ -89,7 +89,7 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
                 observer.collect_stacks(live)
                 return StopReason.ABANDONED
         else:
-            rendezvous.idle_since = None
+            rendezvous.reset()
         starting = under_way(observer, now)
         if starting and now - observer.t0 >= spec.startup_limit:
             stop = StopReason.STARTUP

@@ -44,6 +44,11 @@ class Observer:
         """Rank ``i``'s CPU seconds so far (``main``: its main thread's alone); None if unknown."""
         raise NotImplementedError
 
+    def demand(self, i: int) -> float | None:
+        """Seconds rank ``i``'s main thread has spent on a core or waiting in a run queue for one (None: unknown):
+        against the wall clock, how much of the time it wanted a core, however little it got."""
+        return None
+
     def runnable(self, i: int, threads: bool = False) -> bool | None:
         """True if rank ``i``'s main thread (``threads``: any of its threads) is computing right now, however little
         CPU it gets (None: unknown)."""

@@ -67,6 +67,19 @@ def cpu_seconds(pid: int, main: bool = False) -> float | None:
         return None
 
 
+def demand_seconds(pid: int | None) -> float | None:
+    """Seconds a process's main thread has spent running and waiting in a run queue to run (the first two fields of
+    /proc/PID/task/PID/schedstat; None if the process is gone or the kernel keeps no such count)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
+            running, waiting = f.read().split()[:2]
+        return (int(running) + int(waiting)) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
 #: where a rank's own frames end: the job runner (frames below it are the launcher's entry, never shown)
 JOB_RUNNER = "ddpfaults/rank/job.py"
 
