@@ -144,6 +144,18 @@ def _load_payload(job: Job):
     return pickle.loads(job.payload)
 
 
+def _all_connected(store: dist.Store, world_size: int) -> None:
+    """Return once every rank's ``init_process_group`` has returned. Gloo connects the ranks pair by pair: a rank
+    done with its side may run the function, fail and exit while a peer still finishes its own, which then fails
+    "Connection closed by peer" instead of getting as far, so who failed first would be the scheduler's choice. A
+    function world's group is ddpfaults' own making; it ends joining as torch's store-based barrier after the group
+    (``TORCH_DIST_INIT_BARRIER=1``) would end it. A script's ``init_process_group`` is left as it is."""
+    key = "ddpfaults/connected"
+    if store.add(key, 1) == world_size:
+        store.set(f"{key}/all", "1")
+    store.wait([f"{key}/all"])
+
+
 def _linger() -> None:
     """Keep the process (and its sockets) alive until the launcher kills it."""
     while True:
@@ -233,6 +245,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
                 world_size=config.world_size,
                 timeout=timedelta(seconds=config.pg_timeout),
             )
+            _all_connected(store, config.world_size)
 
     leftovers = []
 
