@@ -151,9 +151,10 @@ def _all_connected(store: dist.Store, world_size: int) -> None:
     function world's group is ddpfaults' own making; it ends joining as torch's store-based barrier after the group
     (``TORCH_DIST_INIT_BARRIER=1``) would end it. A script's ``init_process_group`` is left as it is."""
     key = "ddpfaults/connected"
-    if store.add(key, 1) == world_size:
-        store.set(f"{key}/all", "1")
-    store.wait([f"{key}/all"])
+    with tracing.untraced():
+        if store.add(key, 1) == world_size:
+            store.set(f"{key}/all", "1")
+        store.wait([f"{key}/all"])
 
 
 def _linger() -> None:

@@ -6,6 +6,7 @@ through when none is; faults that skip or act at a collective act here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -167,6 +168,18 @@ def _traced_call(op: str, original, args, kwargs, *, shapes, note: str = "", ski
         if n
     )
     return _entered(ctx, ctx._enter(op, shapes, call_site(), note=note, maker=maker, **facts), original, args, kwargs)
+
+
+@contextlib.contextmanager
+def untraced():
+    """Nothing this thread calls inside the block is traced: ddpfaults' own calls, as the store barrier that ends a
+    function world's group making (a user's would be traced)."""
+    before = getattr(_local, "inside", False)
+    _local.inside = True
+    try:
+        yield
+    finally:
+        _local.inside = before
 
 
 def _entered(ctx, seq: int, original, args, kwargs):

@@ -769,3 +769,23 @@ def test_an_untraced_ranks_stack_is_taken_again_once_its_record_moves(clock):
     assert loop.watch(world, RunSpec(world_size=3, stall=2, timeout=60)) is StopReason.PROVEN
     asked = [i for batch in world.stacks_asked for i in batch]
     assert asked.count(1) >= 2 and asked.count(1) < 6
+
+
+@pytest.mark.parametrize("peer_ends", [False, True], ids=["a survivor", "all end at once"])
+def test_a_failed_rank_keeps_no_stack_taken_before_the_failure_was_seen(clock, peer_ends):
+    # the README's command beside 4 hogs: the prover had read rank 1's stack (asleep in its own code, an untraced
+    # wait) before rank 1 raised; the report showed it as "rank 1 stack (when a failure was first seen)"
+    script = {0.1: [e for r in range(2) for e in joined(r)], 0.2: [(0, enter("all_reduce", 1))]}
+    script[0.3] = [(1, {"k": "failed", "error": "RuntimeError: injected crash", "t": 0.3})]
+    collateral = (0, {"k": "failed", "error": "RuntimeError: Connection closed by peer", "t": 0.3})
+    if peer_ends:
+        script[0.3].append(collateral)
+    else:
+        script[0.6] = [collateral]
+    world = ScriptedWorld(clock, 2, script)
+    world.stacks[1] = world.watches[1].stack = SLEEP_STACK  # what the prover reads of rank 1 before it failed
+    assert loop.watch(world, RunSpec(world_size=2, stall=2, timeout=60)) is StopReason.ENDED
+    assert world.watches[1].stack is None
+    if not peer_ends:
+        assert [1] in world.stacks_asked  # the prover's look, as in the real run
+        assert world.stacks_asked[-1] == [0] and world.watches[0].stack == GLOO_WAIT_STACK

@@ -77,12 +77,15 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             # a rank may have written its last events (a fault that fired, then SIGKILLed itself) and exited
             # between this poll's read and live(): read once more, so what it wrote before exiting is judged
             observer.poll(0)
+            if not failure_seen:
+                _forget_stacks_before_failure(observer, live)
             return StopReason.ENDED
         just_failed = not failure_seen and any(
             w.ended == "failed" or observer.dead(w.rank, now) for w in observer.watches
         )
         if just_failed:
             failure_seen = True  # the survivors' stacks at the moment the first failure is seen
+            _forget_stacks_before_failure(observer, live)
             observer.collect_stacks(live)
         if spec.peer_failure == "exit" and abandoned(observer, live, now):
             if rendezvous.idle(live, now):
@@ -142,6 +145,14 @@ class CpuWindow:
     def ran(self, indices: list[int]) -> list[int]:
         """The ranks among ``indices`` whose main thread used CPU since the sample."""
         return [i for i in indices if i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]]
+
+
+def _forget_stacks_before_failure(observer: Observer, live: list[int]) -> None:
+    """A rank's stack in the report is the one taken when the first failure was seen: a rank no longer live then has
+    none, and one the prover took earlier (reading an untraced wait) must not be shown as if it were."""
+    for w in observer.watches:
+        if w.rank not in live:
+            w.stack = None
 
 
 def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
