@@ -9,7 +9,9 @@ RSS sums (which count shared pages once per process) are printed alongside. Cold
 default (2 s): a big world's slow rendezvous must not be taken for a hang, nor a rank starved of CPU (256 ranks
 on 2 cores get a few ms each per second) for a rank waiting on its peers. ``--runs N`` runs each size N times and
 prints how many worlds got each verdict (every one is healthy: any verdict but completed is a false one, printed
-with its reason and where its ranks stood).
+with its reason and where its ranks stood). ``--rank-memory MiB`` sets the capacity check's memory budget per rank
+for this run only (default 64 MiB: room for a user's model; the toy rank here uses 5-9 MiB of PSS), so that a world
+larger than the check admits on this machine (512 ranks on 24 GiB) can be measured.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import worlds  # noqa: E402
 from ddpfaults import run_world  # noqa: E402
-from ddpfaults.engine import census  # noqa: E402
+from ddpfaults.engine import capacity, census  # noqa: E402
 from ddpfaults.spec import PARAM  # noqa: E402
 
 
@@ -81,7 +83,16 @@ def main() -> None:
     parser.add_argument("--stall", type=float, default=PARAM["stall"].default)
     parser.add_argument("--runs", type=int, default=1, help="worlds of each size (default 1)")
     parser.add_argument("--timeout", type=float, default=300, help="each world's timeout, s (default 300)")
+    parser.add_argument(
+        "--rank-memory",
+        type=int,
+        default=capacity.RANK_MEMORY // 2**20,
+        help=f"the capacity check's memory per rank for this run, MiB (default {capacity.RANK_MEMORY // 2**20})",
+    )
     args = parser.parse_args()
+    if args.rank_memory * 2**20 != capacity.RANK_MEMORY:
+        print(f"capacity check: {args.rank_memory} MiB per rank for this run (default {capacity.RANK_MEMORY // 2**20})")
+        capacity.RANK_MEMORY = args.rank_memory * 2**20
     t0 = time.perf_counter()
     run_world(worlds.one_all_reduce, world_size=2, reuse=False)
     print(f"(fork server start, paid once: {time.perf_counter() - t0:.2f} s)")
