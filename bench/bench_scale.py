@@ -10,8 +10,9 @@ default (2 s): a big world's slow rendezvous must not be taken for a hang, nor a
 on 2 cores get a few ms each per second) for a rank waiting on its peers. ``--runs N`` runs each size N times and
 prints how many worlds got each verdict (every one is healthy: any verdict but completed is a false one, printed
 with its reason and where its ranks stood). ``--rank-memory MiB`` sets the capacity check's memory budget per rank
-for this run only (default 64 MiB: room for a user's model; the toy rank here uses 5-9 MiB of PSS), so that a world
-larger than the check admits on this machine (512 ranks on 24 GiB) can be measured.
+for this run only (default 64 MiB: room for a user's model; the toy rank here uses 5-9 MiB of PSS at 256 ranks,
+20-90 MiB at 2 and 4, where the fork server's shared pages are split among fewer processes), so that a world larger
+than the check admits on this machine (512 ranks on 24 GiB) can be measured.
 """
 
 from __future__ import annotations
