@@ -45,6 +45,7 @@ KINDS: dict[str, frozenset] = {
         "fault": ("index", "fault", "how", "step", "effect", "signal"),
         "links_dropped": ("count", "step"),
         "saved": ("step", "file", "took"),
+        "file": ("how", "path", "mode", "size", "src", "step"),
         "log": ("msg", "step"),
         "failed": ("error", "site", "step", "pg_seq", "names"),
         "finished": ("step", "leftovers", "pg_seq", "exits"),

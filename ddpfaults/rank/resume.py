@@ -6,10 +6,11 @@ At every optimizer step (torch's global optimizer step hooks: every optimizer co
 param group's learning rate, the step's batch (the inputs of every forward, with gradients, of a top-level module the
 job wrapped in DDP or FSDP since the previous step: what the step learned from, not a batch a loader drew and threw away
 or fetched ahead; a job that wrapped none: the batches its DataLoaders yielded, which are also kept beside the inputs,
-as ``drawn``, to explain a difference), the paths ``torch.save``/``torch.load`` were given (``files``: the judge refuses
-a check whose uninterrupted run loaded the faulted run's file), and, what a resumed run restores, the optimizer's state
-and the global RNGs' states before the step (torch's CPU generator, Python's ``random`` and, if the rank imported it,
-numpy's): at each optimizer's first step, and at each step entered with parameters the job was told to watch (the judge
+as ``drawn``, to explain a difference), the global RNGs' states before the step (torch's CPU generator, Python's
+``random`` and, if the rank imported it, numpy's), every file the job read, wrote, renamed or removed since the previous
+step (``files``: ``file`` events, :mod:`ddpfaults.rank.files`; where a resumed attempt resumed from, and what the judge
+refuses when the uninterrupted run read the faulted run's file), and, what a resumed run restores, the optimizer's
+state: at each optimizer's first step, and at each step entered with parameters the job was told to watch (the judge
 compares them where a run resumed: the run without faults, which runs second, watches the parameters each attempt of the
 run with faults resumed with). When the job's function returns, a final record holds the state of every module it
 wrapped in DDP or FSDP (:mod:`ddpfaults.rank.wrapped`) and of every optimizer's parameters, as digests and as
@@ -32,7 +33,8 @@ import torch
 import torch.utils.data.dataloader as dataloader
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ddpfaults.rank import dcp_loads, real_steps, running, wrapped
+from ddpfaults.rank import files as job_files
+from ddpfaults.rank import real_steps, running, wrapped
 from ddpfaults.rank.digest import Digest
 from ddpfaults.rank.digest import feed as _feed
 from ddpfaults.rank.digest import hexdigest as _digest
@@ -49,13 +51,28 @@ class Capture:
         self.batches: list[str] = []  # digests of the batches DataLoaders yielded since the last optimizer step
         self.inputs: list[str] = []  # digests of the inputs that reached a wrapped module's forward since then
         self.top: set = set()  # ids of the top-level wrapped modules (whose forward inputs are the batch)
-        self.files: list = []  # ["saved" or "loaded", absolute path] as torch.save / torch.load met them
-        self.saved: set = set()  # every path the job saved (a file moved into place keeps counting)
+        self.files: list = []  # the file events since the last optimizer step (ddpfaults.rank.files)
+        self.seen: set = set()  # their (how, path): a file read again in one step is noted once
         self.pending: dict = {}  # optimizer id -> what was digested before its step
         self.entering: dict = {}  # optimizer id -> the digest of its parameters after its last step
         self.steps = 0
         self.optimizers: list = []
         self.file = None
+
+    def note(self, event: dict) -> None:
+        """Keep a ``file`` event of the job's (the first of its kind and path since the last optimizer step), and
+        write it at once as a record of its own (the next step's record holds them all again, measured)."""
+        key = (event["how"], event["path"])
+        if key not in self.seen:
+            self.seen.add(key)
+            self.files.append(event)
+            self.write({"file": event})  # now: a rank killed before its next step still tells what it wrote
+
+    def taken(self) -> list:
+        """The file events since the last optimizer step, each written file measured now; forgotten here."""
+        taken = [job_files.measured(e) for e in self.files]
+        self.files, self.seen = [], set()
+        return taken
 
     def write(self, record: dict) -> None:
         """Append one record (a whole line: a rank killed mid-job leaves every record it finished)."""
@@ -71,6 +88,7 @@ def start(ctx, path: str, watch: frozenset = frozenset()) -> None:
     install()
     wrapped.forget()  # a warm rank's earlier jobs wrapped modules too
     _capture = Capture(ctx, path, watch)
+    job_files.watch(ctx, _capture.note, ignore=(os.path.dirname(path),))
 
 
 def finish(ctx) -> None:
@@ -79,6 +97,7 @@ def finish(ctx) -> None:
     capture, _capture = _capture, None
     if capture is None or capture.ctx is not ctx:
         return
+    job_files.stop(ctx)
     states = [m.state_dict() for m in wrapped.wrapped_modules()]
     params = [_params(o) for o in capture.optimizers]
     seen = {}  # a DDP module's parameters are its optimizer's: summarised once
@@ -90,7 +109,7 @@ def finish(ctx) -> None:
             "module_values": [values(state.values(), seen) for state in states],
             "optimizer_values": [values(p, seen) for p in params],
             "steps": capture.steps,
-            **({"files": capture.files} if capture.files else {}),
+            **({"files": capture.taken()} if capture.files else {}),
         }
     )
     capture.file.close()
@@ -112,9 +131,7 @@ def install() -> None:
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _drawn(iterator.__next__)
     wrapped.on_register(_watch_forward)
-    torch.save, torch.load = _file_seen(torch.save, "saved"), _file_seen(torch.load, "loaded")
-    os.replace, os.rename = _moved(os.replace), _moved(os.rename)
-    dcp_loads.watch(_note_file)
+    torch.save = _saved_to_path(torch.save)
 
 
 def _active():
@@ -132,7 +149,7 @@ def _before_step(optimizer, args, kwargs) -> None:
     pending = {"before": _params_digest(optimizer)} if first else {}  # its parameters place it on the other run
     if first or capture.entering.get(id(optimizer)) in capture.watch:  # what an attempt resumed with, where it did
         pending["state"] = _state_digest(optimizer)
-        pending["rng"] = rng_digests()
+    pending["rng"] = rng_digests()  # every step's: a generator not restored differs from the resumed step on
     pending["lr"] = [_number(group.get("lr")) for group in optimizer.param_groups]
     capture.pending[id(optimizer)] = pending
 
@@ -148,7 +165,7 @@ def _after_step(optimizer, args, kwargs) -> None:
     if capture.inputs:  # what the loaders yielded too: explains a difference (samples replayed, a transform)
         record["drawn"] = capture.batches
     if capture.files:
-        record["files"], capture.files = capture.files, []
+        record["files"] = capture.taken()
     capture.entering[id(optimizer)] = record["params"]
     capture.steps += 1
     capture.batches, capture.inputs = [], []
@@ -171,46 +188,16 @@ def _watch_forward(module) -> None:
     module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True)
 
 
-def _file_seen(original, how: str):
-    """``torch.save`` / ``torch.load`` noting the path they were given (``how``: ``"saved"``, ``"loaded"``)."""
+def _saved_to_path(original):
+    """``torch.save`` noting a path it writes (torch's C++ writer opens it: no audit event shows it)."""
 
-    def seen(obj_or_f, *args, **kwargs):
-        path = obj_or_f if how == "loaded" else (args[0] if args else kwargs.get("f"))
-        _note_file(how, path)
-        return original(obj_or_f, *args, **kwargs)
+    def save(obj, f, *args, **kwargs):
+        if _active() is not None:
+            job_files.saved(f)
+        return original(obj, f, *args, **kwargs)
 
-    seen.__wrapped__ = original
-    return seen
-
-
-def _moved(original):
-    """``os.replace`` / ``os.rename`` noting a saved file moved into place (``torch.save`` to a temporary name, then
-    ``os.replace``) as saved under its new name, and a DCP checkpoint's directory as saved when its ``.metadata`` is
-    renamed into place."""
-
-    def move(src, dst, *args, **kwargs):
-        result = original(src, dst, *args, **kwargs)
-        capture = _active()
-        if capture is not None and isinstance(src, (str, os.PathLike)) and isinstance(dst, (str, os.PathLike)):
-            if os.path.abspath(os.fspath(src)) in capture.saved:
-                _note_file("saved", dst)
-            elif os.path.basename(os.fspath(dst)) == ".metadata":  # a DCP checkpoint completed: its directory
-                _note_file("saved", os.path.dirname(os.fspath(dst)))
-        return result
-
-    move.__wrapped__ = original
-    return move
-
-
-def _note_file(how: str, path) -> None:
-    """Note that the running job ``how`` (``"saved"``, ``"loaded"``) the file or directory ``path`` (a path only:
-    a file object or buffer is no file of the run's)."""
-    capture = _active()
-    if capture is not None and isinstance(path, (str, os.PathLike)):
-        noted = [how, os.path.abspath(os.fspath(path))]
-        capture.files.append(noted)
-        if how == "saved":
-            capture.saved.add(noted[1])
+    save.__wrapped__ = original
+    return save
 
 
 def _drawn(original):

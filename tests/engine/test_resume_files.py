@@ -59,7 +59,8 @@ def test_a_checkpoint_path_both_runs_share_is_refused_naming_it_and_the_fix(work
     assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
     finding = result.resume
     assert finding["equivalent"] is None and finding["first_difference"]["cause"] == "shared_file", result.report()
-    assert f"loaded {shared}/ckpt.pt, which the faulted run saved" in finding["first_difference"]["detail"]
+    detail = finding["first_difference"]["detail"]
+    assert f"the uninterrupted run began at step 6 from {shared}/ckpt.pt, which the faulted run wrote" in detail
     assert "resume not checked:" in result.report() and "{run_dir}" in result.report()
 
 
@@ -96,4 +97,5 @@ def test_a_dcp_checkpoint_directory_both_runs_share_is_refused(tmp_path):
     )  # fmt: skip
     first = result.resume["first_difference"]
     assert result.resume["equivalent"] is None and first["cause"] == "shared_file", result.report()
-    assert f"loaded {shared}/step-6, which the faulted run saved" in first["detail"]
+    assert f"the uninterrupted run began at step 6 from {shared}/step-6/" in first["detail"], first["detail"]
+    assert "which the faulted run wrote" in first["detail"]

@@ -174,9 +174,16 @@ def test_the_rng_whose_state_differed_is_named():
     assert "random.setstate" in detail and "dropout" not in detail and "numpy" not in detail
 
 
-def test_the_same_parameters_with_another_rng_state_are_no_difference():
+def test_an_rng_state_not_restored_is_the_first_difference_though_the_parameters_and_final_state_are_equal():
     rng = {"torch": "t4", "random": "other", "numpy": "n4"}  # drawn from by nothing the step computed
-    assert resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, rng=rng)]])["equivalent"]
+    finding = resume.compare([BASE], [[_run(4, final=None)], [_resumed(BASE, 4, rng=rng)]])
+    first = finding["first_difference"]
+    assert finding["equivalent"] is False and finding["final_identical"], finding
+    assert (first["step"], first["cause"], first["ranks"]) == (4, "rng", [0]), first
+    assert "the RNG state differs (python random): Python's random state was not restored" in first["detail"]
+    later = _resumed(BASE, 4)
+    later[1]["rng"] = rng  # restored, then drawn from otherwise at step 4 without changing its parameters
+    assert resume.compare([BASE], [[_run(4, final=None)], [later]])["first_difference"]["step"] == 5
 
 
 def test_a_replayed_batch_names_the_rngs_that_differ_too():
@@ -234,14 +241,14 @@ def test_a_difference_in_what_rounding_cannot_change_is_caught_after_the_last_bi
         assert (first["step"], first["cause"]) == (5, cause), (cause, first)
 
 
-def test_an_rng_differing_where_the_run_resumed_is_the_cause_only_when_the_end_is_beyond_rounding():
+def test_an_rng_differing_where_the_run_resumed_is_the_cause_whatever_the_end():
     rng = {"torch": "t4", "random": "r4", "numpy": "other"}
     beyond = _resumed(BASE, 4, params="other", rng=rng, final="G", scale=1.01)
     first = resume.compare([BASE], [[_run(4, final=None)], [beyond]])["first_difference"]
     assert (first["step"], first["cause"]) == (4, "rng") and "differs (numpy)" in first["detail"], first
-    assert "the final state differs by 9.9e-03 (relative), more than rounding" in first["detail"]
     within = _resumed(BASE, 4, params="last bits", rng=rng, final="G", scale=1 + 1e-7)  # numpy drawn from by nothing
-    assert resume.compare([BASE], [[_run(4, final=None)], [within]])["equivalent"]
+    first = resume.compare([BASE], [[_run(4, final=None)], [within]])["first_difference"]
+    assert (first["step"], first["cause"]) == (4, "rng"), first  # a state not restored: another run from here
     later = _resumed(BASE, 4, params="last bits", final="G", scale=1 + 1e-7)
     del later[1]["rng"]  # a faulted run records RNG states at an attempt's first step only: no difference to find
     assert resume.compare([BASE], [[_run(4, final=None)], [later]])["equivalent"]
@@ -444,24 +451,64 @@ def test_inputs_from_a_batch_drawn_again_are_samples_replayed_though_transformed
     assert (first["step"], first["cause"]) == (4, "samples_replayed"), first
 
 
-def test_an_uninterrupted_run_that_loaded_the_faulted_run_s_file_is_refused_not_a_difference():
+def _file(how: str, path: str) -> dict:
+    """A ``file`` event of a record (ddpfaults.rank.files)."""
+    return {"k": "file", "how": how, "path": path, "size": 10}
+
+
+def test_an_uninterrupted_run_that_read_the_faulted_run_s_file_is_refused_not_a_difference():
     killed = _run(4, final=None)
-    killed[2]["files"] = [["saved", "/scratch/run1/ckpt.pt"]]
+    killed[2]["files"] = [_file("wrote", "/scratch/run1/ckpt.pt")]
     base = [dict(r) for r in BASE]
-    base[0]["files"] = [["loaded", "/scratch/run1/ckpt.pt"]]
+    base[3]["files"] = [_file("read", "/scratch/run1/ckpt.pt")]
     finding = resume.compare([base], [[killed], [_resumed(BASE, 4)]])
     assert finding["equivalent"] is None and finding["first_difference"]["cause"] == "shared_file"
-    assert "loaded /scratch/run1/ckpt.pt, which the faulted run saved" in finding["first_difference"]["detail"]
+    assert "rank 0 read /scratch/run1/ckpt.pt, which the faulted run wrote" in finding["first_difference"]["detail"]
     assert "{run_dir}" in finding["first_difference"]["detail"]
-    assert resume.describe(finding).startswith("resume not checked: the uninterrupted run's rank 0 loaded")
+    assert resume.describe(finding).startswith("resume not checked: the uninterrupted run's rank 0 read")
 
 
-def test_a_file_the_uninterrupted_run_saved_before_loading_it_is_its_own():
+def test_an_uninterrupted_run_that_began_from_the_faulted_run_s_checkpoint_is_refused_naming_the_step():
     killed = _run(4, final=None)
-    killed[2]["files"] = [["saved", "/scratch/ckpt.pt"]]
+    killed[2]["files"] = [_file("wrote", "/scratch/ckpt_000002.pt.tmp"), _file("renamed", "/scratch/ckpt_000002.pt")]
+    resumed = _resumed(BASE, 2)
+    resumed[0]["files"] = [_file("read", "/scratch/ckpt_000002.pt")]
+    resumed[-1]["files"] = [_file("wrote", "/scratch/ckpt_000006.pt")]  # after its last step: 6 steps done
+    base = [dict(BASE[0], files=[_file("read", "/scratch/ckpt_000002.pt")]), *BASE[1:]]
+    finding = resume.compare([BASE, base], [[killed, killed], [resumed, resumed]])
+    detail = finding["first_difference"]["detail"]
+    assert finding["equivalent"] is None and finding["first_difference"]["cause"] == "shared_file", finding
+    assert detail.startswith(
+        "the uninterrupted run began at step 2 from /scratch/ckpt_000002.pt, which the faulted run wrote (rank 1 read "
+        "it before its first step)"
+    ), detail
+    nothing = [dict(_end(), files=[_file("read", "/scratch/ckpt_000006.pt")])]  # it found the end: no step to make
+    detail = resume.compare([nothing], [[killed], [resumed]])["first_difference"]["detail"]
+    assert detail.startswith("the uninterrupted run began at step 6 from /scratch/ckpt_000006.pt"), detail
+
+
+def test_a_file_the_uninterrupted_run_wrote_before_reading_it_is_its_own():
+    killed = _run(4, final=None)
+    killed[2]["files"] = [_file("wrote", "/scratch/ckpt.pt")]
     base = [dict(r) for r in BASE]
-    base[1]["files"] = [["saved", "/scratch/ckpt.pt"], ["loaded", "/scratch/ckpt.pt"]]
+    base[1]["files"] = [_file("wrote", "/scratch/ckpt.pt"), _file("read", "/scratch/ckpt.pt")]
     assert resume.compare([base], [[killed], [_resumed(BASE, 4)]])["equivalent"] is True
+
+
+def test_a_resumed_attempt_is_laid_where_the_checkpoint_it_read_was_written_though_every_step_s_parameters_agree():
+    flat = [dict(r, params="p", before="p") if "before" in r else dict(r, params="p") for r in _run(8, final=None)]
+    flat.append(_end())  # zero gradients: the parameters never move, so they place no attempt
+    killed = [dict(r) for r in flat[:5]]
+    killed[4]["files"] = [_file("wrote", "/run/snapshot.pt")]  # saved after step 3: four steps done
+    replayed = [dict(r) for r in flat[:4]] + [_end()]  # it resumed at the saved epoch's first step: 0 again
+    replayed[0]["files"] = [_file("read", "/run/snapshot.pt")]
+    finding = resume.compare([flat], [[killed], [replayed]])
+    first = finding["first_difference"]
+    assert finding["final_identical"] and (first["step"], first["cause"]) == (4, "samples_replayed"), finding
+    assert "rank 0 consumed at step 4 the batch the uninterrupted run consumed at step 0" in first["detail"]
+    right = [dict(r) for r in flat[4:]]
+    right[0].update(before="p", files=[_file("read", "/run/snapshot.pt")])
+    assert resume.compare([flat], [[killed], [right]])["bit_equal"]
 
 
 def test_a_check_that_could_not_run_is_neither_equivalent_nor_different():

@@ -1,14 +1,17 @@
 """The resume check's verdict: is an interrupted, restarted run the run that would have happened?
 
 Each rank of both runs recorded every optimizer step as digests (:mod:`ddpfaults.rank.resume`). The interrupted run's
-attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step after the one
-whose parameters it resumed with (its first step's parameters before the step, found among the uninterrupted run's). A
-step that ran again after a restart replaces the earlier one. Then step by step, rank by rank: a difference in the batch
-(what reached the model's forward), the learning rate, the parameters or the optimizer state is a difference, and the
-first one is explained by what the evidence shows (the batch: samples replayed or skipped, from the batches the loaders
-drew, or the RNG that transformed the same batches; the learning rate: the scheduler; the optimizer state; the RNG,
-named: torch's CPU generator, Python's ``random``, numpy's; the parameters the run resumed with). Finally the state of
-every module the runs wrapped in DDP/FSDP is compared. Pure data: imports no torch.
+attempts are laid on the uninterrupted run's steps: attempt 0 from step 0; a later attempt from the step its run had
+reached when it wrote the file the attempt read before its first step (its checkpoint, whatever wrote it: the records
+hold every file a rank met), else from the step after the one whose parameters it resumed with (its first step's
+parameters before the step, found among the uninterrupted run's). A step that ran again after a restart replaces the
+earlier one. Then step by step, rank by rank: a difference in the batch (what reached the model's forward), the
+learning rate, the RNG states at the step's start, the parameters or the optimizer state is a difference, even where
+the final state is equal, and the first one is explained by what the evidence shows (the batch: samples replayed or
+skipped, from the batches the loaders drew, or the RNG that transformed the same batches; the learning rate: the
+scheduler; the optimizer state; the RNG, named: torch's CPU generator, Python's ``random``, numpy's; the parameters the
+run resumed with). Finally the state of every module the runs wrapped in DDP/FSDP is compared. Pure data: imports no
+torch.
 """
 
 from __future__ import annotations
@@ -43,19 +46,26 @@ UNCHECKED = ("uninterrupted_failed", "not_resumed", "shared_file")
 
 
 def read(job_dir: str, world_size: int) -> list[list[dict]]:
-    """Every rank's records in ``job_dir`` (a rank that wrote none: an empty list)."""
+    """Every rank's records in ``job_dir`` (a rank that wrote none: an empty list). A rank writes each file event as
+    it meets it, and again, measured, in the next step's (or the final) record; the events after its last record (a
+    rank killed before its next step) make a record of their own, ``{"files": [...]}``."""
     ranks = []
     for r in range(world_size):
         path = jobfiles.path(job_dir, r, "resume")
-        records = []
+        records, pending = [], []
         if os.path.exists(path):
             with open(path) as f:
                 for line in f:
                     try:
-                        records.append(json.loads(line))
+                        record = json.loads(line)
                     except ValueError:  # a line cut short by a kill
                         break
-        ranks.append(records)
+                    if "file" in record:
+                        pending.append(record["file"])
+                    else:
+                        records.append(record)
+                        pending = []
+        ranks.append(records + ([{"files": pending}] if pending else []))
     return ranks
 
 
@@ -67,7 +77,7 @@ def watch(attempts: list[list[list[dict]]]) -> frozenset:
 
 
 def _steps(records: list[dict]) -> list[dict]:
-    return [r for r in records if not r.get("final")]
+    return [r for r in records if "params" in r and not r.get("final")]
 
 
 def _final(records: list[dict]) -> dict | None:
@@ -80,30 +90,40 @@ def _stepped_none(final: dict) -> bool:
     return final.get("steps") == 0 and not final.get("optimizers")
 
 
-def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, dict, set]:
+def _lay(base: list[dict], attempts: list[list[dict]]) -> tuple[dict, dict, set, dict]:
     """The interrupted run's steps by the uninterrupted run's step number (``(attempt, record)``), each attempt's
-    first step number, and the attempts whose resumed parameters match no step of either run. A resumed attempt is
-    laid after the step whose parameters it resumed with: one of its own run's earlier steps (what it checkpointed),
-    else one of the uninterrupted run's."""
-    timeline, starts, unmatched = {}, {}, set()
+    first step number, the attempts whose resumed parameters match no step of either run, and the step its run had
+    reached when it last wrote each file (path -> step). A resumed attempt is laid where the file it read before its
+    first step was written (its checkpoint: the last such, where there are several); else after the step whose
+    parameters it resumed with: one of its own run's earlier steps, else one of the uninterrupted run's."""
+    timeline, starts, unmatched, written = {}, {}, set(), {}
     after = {rec["params"]: i for i, rec in enumerate(base)}
     for a, records in enumerate(attempts):
         steps = _steps(records)
-        if not steps:
-            continue
-        first = steps[0].get("before")
-        own = {rec["params"]: i for i, (_, rec) in sorted(timeline.items())}
-        if a == 0 or (base and first == base[0].get("before")):
-            offset = 0
-        elif first in own or first in after:
-            offset = _next_step_of(base, own.get(first, after.get(first)), steps[0].get("opt", 0))
-        else:
-            unmatched.add(a)
-            offset = max(timeline, default=-1) + 1
-        starts[a] = offset
-        for i, rec in enumerate(steps):
-            timeline[offset + i] = (a, rec)
-    return timeline, starts, unmatched
+        loaded = [written[p] for p in shared_files.paths(records[0], ("read",)) if p in written] if records else []
+        offset = max(timeline, default=-1) + 1
+        if steps:
+            first = steps[0].get("before")
+            own = {rec["params"]: i for i, (_, rec) in sorted(timeline.items())}
+            if a == 0:
+                offset = 0
+            elif loaded:
+                offset = max(loaded)
+            elif base and first == base[0].get("before"):
+                offset = 0
+            elif first in own or first in after:
+                offset = _next_step_of(base, own.get(first, after.get(first)), steps[0].get("opt", 0))
+            else:
+                unmatched.add(a)
+            starts[a] = offset
+            for i, rec in enumerate(steps):
+                timeline[offset + i] = (a, rec)
+        elif loaded:
+            offset = max(loaded)
+        for i, rec in enumerate(records):  # a record's files were met after its step's predecessor: i steps done
+            for path in shared_files.paths(rec, shared_files.WRITES):
+                written[path] = offset + min(i, len(steps))
+    return timeline, starts, unmatched, written
 
 
 def _next_step_of(base: list[dict], step: int, opt: int) -> int:
@@ -123,18 +143,19 @@ def _entering(base: list[dict], step: int, mine: dict, theirs: dict):
 class _Rank:
     """One rank's walk along the uninterrupted run's steps: the first difference found (``found``: ``(step, rank,
     cause, detail, attempt)``), or where its steps began to differ in the last bits only (``rounding``: the step
-    and attempt; ``rng``: the RNGs whose state differed there)."""
+    and attempt)."""
 
     def __init__(self, rank: int):
         self.rank = rank
         self.found: tuple | None = None
         self.rounding: tuple[int, int] | None = None
-        self.rng: list[str] = []
 
 
 def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict], attempt: int) -> tuple | None:
     """``(cause, detail)`` of a step that differs from the uninterrupted run's, or None when it is the same or its
-    parameters differ where rounding may make them (``walk.rounding`` set)."""
+    parameters differ where rounding may make them (``walk.rounding`` set). Each step is compared on its own, whatever
+    the final state: the batch, the parameters and optimizer state an attempt resumed with, the learning rate, the
+    RNG states at its start, the parameters after it."""
     rank = walk.rank
     if mine.get("batch") != theirs.get("batch"):
         seen = [i for i, rec in enumerate(base) if rec.get("batch") == mine.get("batch") and mine.get("batch")]
@@ -179,26 +200,20 @@ def _explain(step: int, walk: _Rank, mine: dict, theirs: dict, base: list[dict],
             f"the learning rate at step {step} is {_lr(mine)} where the uninterrupted run had {_lr(theirs)}, with "
             f"the same batch, parameters and optimizer state: the LR scheduler's state was not restored"
         )
+    differ = rngs_differing(mine, theirs)
+    if differ:  # drawn from or not, a generator not restored is another run from here
+        return "rng", (
+            f"rank {rank} entered step {step} with the same batch, learning rate and parameters as the uninterrupted "
+            f"run, but the RNG state differs ({', '.join(differ)}): " + "; ".join(_RNG_HINTS[name] for name in differ)
+        )
     if walk.rounding is not None or mine.get("params") == theirs.get("params"):
         return None
-    differ = rngs_differing(mine, theirs)
     if attempt > 0:  # a resumed run: the last bits may differ (DDP made anew), the final state's values tell
         walk.rounding = (step, attempt)
-        walk.rng = differ
         return None
-    if differ:
-        return "rng", _rng_detail(step, rank, differ)
     return "parameters", (
         f"the parameters after step {step} differ (rank {rank}) with the same batch and learning rate, before any "
         f"restart: the run is not reproducible (an unseeded RNG, a nondeterministic kernel) or a fault changed it"
-    )
-
-
-def _rng_detail(step: int, rank: int, differ: list[str]) -> str:
-    return (
-        f"the parameters after step {step} differ (rank {rank}) with the same batch, learning rate, parameters and "
-        f"optimizer state, and the RNG state differs ({', '.join(differ)}): "
-        + "; ".join(_RNG_HINTS[name] for name in differ)
     )
 
 
@@ -293,7 +308,7 @@ def _identical(base: dict | None, final: dict | None) -> bool:
 def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts: int) -> tuple[_Rank, float]:
     """One rank's comparison (:class:`_Rank`) and its final state's relative difference (0 when bit-equal)."""
     walk, base = _Rank(rank), _steps(base_records)
-    timeline, starts, unmatched = _lay(base, mine)
+    timeline, starts, unmatched, _ = _lay(base, mine)
     for step in range(max(len(base), max(timeline, default=-1) + 1)):
         if step >= len(base):
             detail = f"rank {rank} ran step {step}, which the uninterrupted run never did ({len(base)} steps)"
@@ -330,19 +345,16 @@ def _walk(rank: int, base_records: list[dict], mine: list[list[dict]], attempts:
             else "the final state cannot be compared (a run ended before its function returned, or its state differs "
             "in kind)"
         )
-        if walk.rng:
-            walk.found = (step, rank, "rng", f"{_rng_detail(step, rank, walk.rng)}; {beyond}", a)
-        else:
-            walk.found = (
-                step,
-                rank,
-                "parameters",
-                f"the parameters after step {step} differ (rank {rank}) with the same batch and learning rate, in "
-                f"an attempt that resumed with the uninterrupted run's parameters, optimizer state and RNG state, and "
-                f"{beyond}: something the check does not see was not restored (an optimizer's hyperparameter, a "
-                f"gradient scaler, a clipping bound...)",
-                a,
-            )
+        walk.found = (
+            step,
+            rank,
+            "parameters",
+            f"the parameters after step {step} differ (rank {rank}) with the same batch and learning rate, in "
+            f"an attempt that resumed with the uninterrupted run's parameters, optimizer state and RNG state, and "
+            f"{beyond}: something the check does not see was not restored (an optimizer's hyperparameter, a "
+            f"gradient scaler, a clipping bound...)",
+            a,
+        )
     return walk, difference
 
 
@@ -352,10 +364,13 @@ def compare(baseline: list[list[dict]], attempts: list[list[list[dict]]]) -> dic
     ``detail``, ``attempt``) and ``rounding`` (None, or where an equivalent run's resumed steps began to differ in
     the last bits: ``step``, ``ranks``, ``attempt``, ``relative_difference`` of the final state, at most
     :data:`RTOL`). ``baseline``: the uninterrupted run's records per rank; ``attempts``: the interrupted run's, per
-    attempt. An uninterrupted run that loaded a file the interrupted run saved is not compared
+    attempt. An uninterrupted run that read a file the interrupted run wrote is not compared
     (:func:`~ddpfaults.judge.checks.shared_files.shared_file`): the finding is unchecked (``equivalent`` None), cause
     ``shared_file``."""
-    shared = shared_files.shared_file(baseline, attempts)
+    written_at = {}
+    for rank in range(len(baseline)):
+        written_at.update(_lay([], [attempt[rank] if rank < len(attempt) else [] for attempt in attempts])[3])
+    shared = shared_files.shared_file(baseline, attempts, written_at)
     if shared is not None:
         return _unchecked("shared_file", shared)
     walks = []
