@@ -224,3 +224,14 @@ def dcp_in(ctx, directory, steps=6):
             os.replace(latest + ".tmp", latest)
         dist.barrier()
     return done
+
+
+def buffer_ckpt(ctx, directory=None, **options):
+    """``scripts/buffer_ckpt.py``'s trainer as a rank function (``ctx.step`` announcing its steps), checkpointing into
+    ``directory`` (default ``ctx.shared_dir``, the run's own); ``options``: its ``steps``, ``bug``, ``atomic``.
+    Returns the attempt's first step."""
+    import runpy
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "buffer_ckpt.py")
+    train = runpy.run_path(script)["train"]
+    return train(directory or ctx.shared_dir, announce=ctx.step, **options)

@@ -4,7 +4,8 @@ serialises into memory (``torch.save(state, buffer)``), then writes ``ckpt_{step
 checkpoint with ``open`` too). ``--atomic`` writes each file to a temporary name, then ``os.replace``-s it into place.
 ``--bug`` is one of the resumes gone wrong: ``counter`` (the step counter saved one step short: a step replayed),
 ``data`` (the data restarted from its first batch), ``rng`` (the RNG states not restored: dropout draws other masks),
-``scheduler`` (the LR scheduler not saved). No ddpfaults import."""
+``scheduler`` (the LR scheduler not saved). No ddpfaults import; ``restartfns.buffer_ckpt`` runs :func:`train` as a
+rank function."""
 
 import argparse
 import io
@@ -15,71 +16,74 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--ckpt", required=True)
-parser.add_argument("--steps", type=int, default=8)
-parser.add_argument("--bug", choices=("none", "counter", "data", "rng", "scheduler"), default="none")
-parser.add_argument("--atomic", action="store_true")
-args = parser.parse_args()
 
+def train(ckpt: str, *, steps: int = 8, bug: str = "none", atomic: bool = False, announce=lambda step: None) -> int:
+    """Train ``steps`` steps, resuming from ``ckpt`` when it holds a checkpoint (``announce(step)`` as each step
+    begins); return the first step this run made."""
 
-def write(path: str, data: bytes) -> None:
-    if args.atomic:
-        with open(path + ".tmp", "wb") as f:
+    def write(path: str, data: bytes) -> None:
+        with open(path + ".tmp" if atomic else path, "wb") as f:
             f.write(data)
-        os.replace(path + ".tmp", path)
-    else:
-        with open(path, "wb") as f:
-            f.write(data)
+        if atomic:
+            os.replace(path + ".tmp", path)
+
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    random.seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+    model = DistributedDataParallel(layers)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    data = torch.Generator().manual_seed(100 + rank)
+    batches = [(torch.randn(4, 4, generator=data), torch.randn(4, 1, generator=data)) for _ in range(steps)]
+    latest = os.path.join(ckpt, "latest")
+    start = 0
+    if os.path.exists(latest):
+        with open(latest) as f:
+            name = f.read().strip()
+        with open(os.path.join(ckpt, name), "rb") as f:
+            state = torch.load(io.BytesIO(f.read()), weights_only=False)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        if bug != "scheduler":
+            scheduler.load_state_dict(state["scheduler"])
+        if bug != "rng":
+            torch.set_rng_state(state["torch_rng"])
+            random.setstate(state["random"])
+        start = state["step"]
+    for step in range(start, steps):
+        announce(step)
+        x, y = batches[step - start if bug == "data" else step]
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        scheduler.step()
+        if rank == 0:
+            os.makedirs(ckpt, exist_ok=True)
+            state = {
+                "model": model.module.state_dict(),
+                "opt": opt.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "random": random.getstate(),
+                "step": step if bug == "counter" else step + 1,
+            }
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            write(os.path.join(ckpt, f"ckpt_{step + 1:06d}.pt"), buffer.getvalue())
+            write(latest, f"ckpt_{step + 1:06d}.pt".encode())
+        dist.barrier()
+    return start
 
 
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-random.seed(0)
-model = DistributedDataParallel(
-    torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
-)
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-data = torch.Generator().manual_seed(100 + rank)
-batches = [(torch.randn(4, 4, generator=data), torch.randn(4, 1, generator=data)) for _ in range(args.steps)]
-latest = os.path.join(args.ckpt, "latest")
-start = 0
-if os.path.exists(latest):
-    with open(latest) as f:
-        name = f.read().strip()
-    with open(os.path.join(args.ckpt, name), "rb") as f:
-        state = torch.load(io.BytesIO(f.read()), weights_only=False)
-    model.module.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    if args.bug != "scheduler":
-        scheduler.load_state_dict(state["scheduler"])
-    if args.bug != "rng":
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["random"])
-    start = state["step"]
-for step in range(start, args.steps):
-    x, y = batches[step - start if args.bug == "data" else step]
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    scheduler.step()
-    if rank == 0:
-        os.makedirs(args.ckpt, exist_ok=True)
-        done = step if args.bug == "counter" else step + 1
-        state = {
-            "model": model.module.state_dict(),
-            "opt": opt.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "random": random.getstate(),
-            "step": done,
-        }
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        write(os.path.join(args.ckpt, f"ckpt_{step + 1:06d}.pt"), buffer.getvalue())
-        write(latest, f"ckpt_{step + 1:06d}.pt".encode())
-    dist.barrier()
-dist.destroy_process_group()
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--bug", choices=("none", "counter", "data", "rng", "scheduler"), default="none")
+    parser.add_argument("--atomic", action="store_true")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    train(args.ckpt, steps=args.steps, bug=args.bug, atomic=args.atomic)
+    dist.destroy_process_group()

@@ -1,0 +1,87 @@
+"""The file record of a rank (ddpfaults.rank.files), in this process: every door (open, os.open, os.replace,
+os.remove, numpy, torch.load of a path, torch.save to a path through its one call) is one ``file`` event with the
+resolved path, mode and size; ddpfaults' own files and the interpreter's are not; a job records nothing of another job
+(a warm rank's next, or between jobs), nor of a process forked from it."""
+
+import os
+from types import SimpleNamespace
+
+import numpy
+import torch
+
+from ddpfaults import events
+from ddpfaults.rank import files, running
+
+
+def _recorded(tmp_path, act, *, active=True) -> list[dict]:
+    """The file events of a job whose directory is ``tmp_path / "job"`` while ``act(ctx)`` runs."""
+    job = tmp_path / "job"
+    job.mkdir(exist_ok=True)
+    ctx, noted = SimpleNamespace(current_step=3), []
+    running.activate(ctx if active else SimpleNamespace())
+    files.watch(ctx, noted.append, ignore=(str(job),))
+    try:
+        act(ctx)
+    finally:
+        files.stop(ctx)
+        running.activate(None)
+    return noted
+
+
+def test_every_door_is_one_event_with_the_resolved_path_mode_and_size(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def act(ctx):
+        with open(data / ".." / "data" / "a.bin", "wb") as f:  # recorded resolved
+            f.write(b"x" * 10)
+        with open(data / "a.bin", "rb") as f:
+            f.read()
+        os.close(os.open(data / "b.tmp", os.O_WRONLY | os.O_CREAT))
+        os.replace(data / "b.tmp", data / "b.bin")
+        os.remove(data / "a.bin")
+        numpy.save(data / "c.npy", numpy.zeros(3))
+        files.saved(str(data / "d.pt"))  # what ddpfaults.rank.resume's torch.save calls for a path
+        torch.save({}, data / "d.pt")
+        torch.load(data / "d.pt")
+        (tmp_path / "job" / "rank0.resume").write_text("own")  # the job's directory: ddpfaults' own
+        import json  # noqa: F401  (an import opens sources: none recorded)
+
+    noted = _recorded(tmp_path, act)
+    real = os.path.realpath(data)
+    assert [(e["how"], e["path"]) for e in noted] == [
+        ("wrote", f"{real}/a.bin"),
+        ("read", f"{real}/a.bin"),
+        ("wrote", f"{real}/b.tmp"),
+        ("renamed", f"{real}/b.bin"),
+        ("removed", f"{real}/a.bin"),
+        ("wrote", f"{real}/c.npy"),
+        ("wrote", f"{real}/d.pt"),
+        ("read", f"{real}/d.pt"),
+    ]
+    assert all(e["k"] == "file" and set(e) <= events.KINDS["file"] | {"k", "wall"} for e in noted)
+    assert [e["mode"] for e in noted if e["how"] in ("wrote", "read")][:2] == ["w", "r"]  # FileIO's
+    assert noted[1]["size"] == 10 and noted[3]["src"] == f"{real}/b.tmp" and noted[4]["size"] == 10
+    assert all(e["step"] == 3 for e in noted)
+    assert files.measured(noted[5])["size"] == os.path.getsize(data / "c.npy") > 0  # measured once written
+
+
+def test_another_job_s_context_and_a_stopped_watch_record_nothing(tmp_path):
+    def act(ctx):
+        (tmp_path / "x").write_text("x")
+
+    assert _recorded(tmp_path, act, active=False) == []  # another job runs (a warm rank's next)
+    assert _recorded(tmp_path, act) != []
+    (tmp_path / "y").write_text("after the job stopped its watch: nothing, and no error")
+
+
+def test_a_process_forked_from_the_rank_records_nothing(tmp_path):
+    def act(ctx):
+        pid = os.fork()
+        if pid == 0:
+            (tmp_path / "child").write_text("a DataLoader worker's file")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        (tmp_path / "parent").write_text("the rank's")
+
+    assert [os.path.basename(e["path"]) for e in _recorded(tmp_path, act)] == ["parent"]
