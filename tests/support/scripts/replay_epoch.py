@@ -1,9 +1,9 @@
 """The pytorch/examples DDP tutorial's shape (``ddp-tutorial-series/multigpu_torchrun.py``) on CPU: a DataLoader over
 a DistributedSampler, a snapshot of the model saved by rank 0 after every epoch with ``EPOCHS_RUN = epoch``
 (``torch.save`` to ``snapshot.pt`` in the working directory), a restart resuming at ``range(epochs_run, epochs)``: it
-replays the saved epoch. ``--loss cross_entropy`` (the tutorial's, over one logit) has zero gradients: the parameters never move, so the
-final state is the uninterrupted run's although an epoch was replayed; ``--loss mse`` learns. Four steps per epoch at
-any world size. No ddpfaults import."""
+replays the saved epoch. ``--loss cross_entropy`` (the tutorial's, over one logit) has zero gradients: the parameters
+never move, so the final state is the uninterrupted run's although an epoch was replayed; ``--loss mse`` learns. Four
+steps per epoch at any world size. No ddpfaults import."""
 
 import argparse
 import os
