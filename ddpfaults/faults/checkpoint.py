@@ -1,9 +1,11 @@
-"""Checkpoint faults: the writer rank's ``torch.save`` is torn or killed halfway.
+"""Checkpoint faults: the writer rank's checkpoint file is killed halfway (whatever writes it), or its ``torch.save``
+torn.
 
-These are values like every fault; their effect is the interception of ``torch.save`` /
-``torch.load`` in :mod:`ddpfaults.rank.checkpoint`, armed inside a rank when a step a fault applies to starts
-(:mod:`ddpfaults.rank.effects`), so the code under test needs no change. Arming is not firing: the fault fires
-when the writer's save is torn or killed (a step without a save leaves it unfired).
+These are values like every fault; their effect lives in :mod:`ddpfaults.rank.checkpoint` (the file on disk, seen
+through the rank's file record, for ``WriterKilledMidSave``; the interception of ``torch.save`` / ``torch.load`` for
+``TornCheckpointWrite``), armed inside a rank when a step a fault applies to starts (:mod:`ddpfaults.rank.effects`),
+so the code under test needs no change. Arming is not firing: the fault fires when the writer's save is torn or killed
+(a step without a save leaves it unfired).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from ddpfaults.faults.base import Fault, _fmt
 
 
 class _CheckpointFault(Fault):
-    """A fault on the ``writer`` rank's ``torch.save`` (armed when a step it applies to starts)."""
+    """A fault on the ``writer`` rank's checkpoint save (armed when a step it applies to starts)."""
 
     rank_arg = "writer"
     seam = "torch_save"
@@ -35,7 +37,7 @@ class _CheckpointFault(Fault):
 
     def same_effect(self, other: Fault) -> str | None:
         """Two checkpoint faults at one step: the first takes the writer's save (and the step's handshake)."""
-        return "interrupt the step's torch.save" if isinstance(other, _CheckpointFault) else None
+        return "interrupt the step's checkpoint save" if isinstance(other, _CheckpointFault) else None
 
     def _fields(self) -> dict:
         fields = {"writer": str(self.writer)}
@@ -61,8 +63,12 @@ class TornCheckpointWrite(_CheckpointFault):
 
 
 class WriterKilledMidSave(_CheckpointFault):
-    """The ``writer`` process SIGKILLs itself halfway through writing a checkpoint (``torch.save``).
+    """The ``writer`` process is SIGKILLed with half of its checkpoint file's bytes on disk.
 
-    The engine reports it DIED ("was killed by SIGKILL"). An in-place save leaves a truncated
-    checkpoint; an atomic one (temp file + ``os.replace``) leaves the last good one intact.
+    The checkpoint is the first file of at least 512 bytes the writer writes in the fault's step, whatever writes it
+    (``torch.save`` to a path, ``open(path, "wb")`` of a buffer ``torch.save`` filled, numpy, safetensors): once
+    complete (the writer moves on to another file, an ``os.replace``, a collective, its next step), it is cut to half
+    its bytes and the writer killed. The engine reports it DIED ("was killed by SIGKILL"). An in-place save leaves a
+    truncated checkpoint; an atomic one (temp file + ``os.replace``) is killed before the rename and leaves the last
+    good one intact, as under torchrun.
     """

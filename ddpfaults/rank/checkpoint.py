@@ -1,11 +1,19 @@
-"""Checkpoint faults taking effect inside a rank: ``torch.save`` / ``torch.load`` interception.
+"""Checkpoint faults taking effect inside a rank: the file on disk (``WriterKilledMidSave``), ``torch.save`` /
+``torch.load`` interception (``TornCheckpointWrite``).
 
-A checkpoint fault (:mod:`ddpfaults.faults.checkpoint`) has :func:`install` called when a step it applies
-to starts (:mod:`ddpfaults.rank.effects`); from then on this process's ``torch.save`` and ``torch.load`` consult
-the running job's rank context (:mod:`ddpfaults.rank.running`) and are inert unless a checkpoint fault applies at
-its current step. The writer's save is written half, then torn (held until every reader took part) or killed; a
-reader's load at a torn step first waits for the writer to be mid-file. The handshake uses flag files in
-``ctx.shared_dir``, never sleeps guessed from timings.
+``WriterKilledMidSave`` acts on the file its writer writes in the fault's step, whatever writes it (``torch.save``
+to a path, ``open(path, "wb")`` of a buffer, numpy, safetensors), seen through the rank's file record
+(:mod:`ddpfaults.rank.files`): once the file is complete (the writer moves on: another file event, such as the
+``os.replace`` of an atomic save, a collective, the next step or the job's end), it is cut to half its bytes, made
+durable, and the writer SIGKILLed — before the rename of an atomic save, so the old checkpoint stays, as under
+torchrun. Files smaller than :data:`SMALLEST_CHECKPOINT` (a ``latest`` pointer, a marker) are left whole: the
+checkpoint is the first larger one.
+
+``TornCheckpointWrite`` has :func:`install` called when a step it applies to starts (:mod:`ddpfaults.rank.effects`);
+from then on this process's ``torch.save`` and ``torch.load`` consult the running job's rank context
+(:mod:`ddpfaults.rank.running`) and are inert unless it applies at its current step. The writer's save is written
+half, then held until every reader took part; a reader's load at a torn step first waits for the writer to be
+mid-file. The handshake uses flag files in ``ctx.shared_dir``, never sleeps guessed from timings.
 
 This module lives under ``ddpfaults/rank/`` on purpose: its frames count as machinery
 (:func:`ddpfaults.rank.context.is_machinery`), never as the site of a user's error.
@@ -22,8 +30,8 @@ import weakref
 
 import torch
 
-from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave, _CheckpointFault
-from ddpfaults.rank import running
+from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
+from ddpfaults.rank import files, running
 
 #: upper bound of any checkpoint handshake wait: only reached if a peer died before taking part
 HANDSHAKE_LIMIT = 30.0
@@ -40,7 +48,7 @@ def install() -> None:
 
     def save(obj, f, *args, **kwargs):
         """torch.save, interrupted halfway on the writer of an armed checkpoint fault."""
-        active, faults = _armed(_CheckpointFault)
+        active, faults = _armed(TornCheckpointWrite)
         for armed in faults:
             if active.rank == armed.writer:
                 buffer = io.BytesIO()
@@ -115,8 +123,9 @@ def _name(f) -> str:
     return os.path.basename(name) if isinstance(name, str) else type(f).__name__
 
 
-def _write_interrupted(ctx, fault: _CheckpointFault, data: bytes, f) -> None:
-    """Write half of ``data`` to ``f`` (path or binary file), durably; then tear or die as ``fault`` says."""
+def _write_interrupted(ctx, fault: TornCheckpointWrite, data: bytes, f) -> None:
+    """Write half of ``data`` to ``f`` (path or binary file), durably; hold it until every reader took part, then
+    write the rest."""
     owned = isinstance(f, (str, os.PathLike))
     with open(f, "wb") if owned else contextlib.nullcontext(f) as handle:
         half = len(data) // 2
@@ -125,9 +134,6 @@ def _write_interrupted(ctx, fault: _CheckpointFault, data: bytes, f) -> None:
         if hasattr(handle, "fileno"):
             os.fsync(handle.fileno())
         where = f"{_name(f)} after {half} of {len(data)} bytes"
-        if isinstance(fault, WriterKilledMidSave):
-            ctx.record_fired(fault, f"SIGKILLed the writer mid-save of {where}", effect="checkpoint", signal="SIGKILL")
-            os.kill(os.getpid(), signal.SIGKILL)
         readers = [r for r in range(ctx.world_size) if r != ctx.rank]
         _write_flag(_flag(ctx, f"mid.{ctx.current_step}"))
         released = _wait_for(lambda: all(_reader_done(ctx, r) for r in readers))
@@ -151,3 +157,75 @@ def _reader_done(ctx, reader: int) -> bool:
             return int(f.read() or 0) > _entered.get(ctx, 0)
     except FileNotFoundError:
         return False
+
+
+#: the smallest file :class:`WriterKilledMidSave` takes for the checkpoint (``torch.save`` of an empty dict writes
+#: 1261 bytes; a ``latest`` pointer or a marker file is far smaller)
+SMALLEST_CHECKPOINT = 512
+
+
+class _Window:
+    """An armed ``WriterKilledMidSave`` on its writer: the file being written in its step (None: none yet)."""
+
+    def __init__(self, ctx, fault: WriterKilledMidSave):
+        self.ctx, self.fault, self.writing = ctx, fault, None
+
+    def note(self, event: dict) -> None:
+        """A file event of the writer's job: the file it was writing is complete (it moved on); the next is noted."""
+        if not self.fault.applies(self.ctx.rank, self.ctx.current_step):
+            return
+        self.complete()
+        if event["how"] == "wrote":
+            self.writing = event["path"]
+
+    def complete(self) -> None:
+        """The file being written is complete: unless it is smaller than a checkpoint, cut it to half its bytes,
+        durably, and SIGKILL the writer."""
+        path, self.writing = self.writing, None
+        if path is None or running.current() is not self.ctx:
+            return
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return  # moved away already, or removed: nothing of it to cut
+        if size < SMALLEST_CHECKPOINT:
+            return
+        half = size // 2
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, half)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        name = os.path.basename(path)
+        how = f"SIGKILLed the writer mid-save of {name} after {half} of {size} bytes were on disk ({path})"
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_window: _Window | None = None
+
+
+def kill_mid_file(ctx, fault: WriterKilledMidSave) -> None:
+    """Arm ``fault`` on its writer as a step it applies to starts: watch the files its job writes (not yet an effect:
+    it fires when a file is cut and the writer killed; a step that writes none leaves it unfired)."""
+    global _window
+    if ctx.rank != fault.writer:
+        return
+    window_ends()
+    _window = _Window(ctx, fault)
+    files.listen(ctx, _window.note, first=True)  # it kills before a rename happens: no one else notes it
+
+
+def window_ends(ctx=None) -> None:
+    """The writer moved on: the file it was writing is complete (cut, and the writer killed, there). ``ctx`` given
+    (it enters a collective): only the armed job's, and the window stays open; else (its next step starts, its job
+    ends) the window closes."""
+    global _window
+    window = _window
+    if window is None or (ctx is not None and window.ctx is not ctx):
+        return
+    window.complete()
+    if ctx is None:
+        files.unlisten(window.ctx, window.note)
+        _window = None

@@ -4,9 +4,11 @@ looks the effect up here).
 
 - ``OutOfMemory``: the rank's address space is limited when its step starts (:mod:`ddpfaults.rank.memory`), and
   lifted when its next step starts or its job ends; it fires when an allocation fails under the limit;
-- the checkpoint faults (``TornCheckpointWrite``, ``WriterKilledMidSave``): ``torch.save``/``torch.load`` are
-  intercepted when their step starts (:mod:`ddpfaults.rank.checkpoint`); a reader of a torn checkpoint counts the
-  collectives it enters, so the writer stops holding for a reader blocked there;
+- the checkpoint faults (:mod:`ddpfaults.rank.checkpoint`): ``WriterKilledMidSave`` watches the files its writer
+  writes in its step (the rank's file record) and cuts the one complete as the writer moves on (a file event, a
+  collective, the next step, the job's end), then kills it; for ``TornCheckpointWrite`` ``torch.save``/``torch.load``
+  are intercepted when its step starts, and a reader of a torn checkpoint counts the collectives it enters, so the
+  writer stops holding for a reader blocked there;
 - the DCP faults (``TornDcpWrite``, ``CheckpointNotVisible``, ``AsyncSaveKilled``): ``os.fsync``, ``os.rename``,
   ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` are wrapped when their step starts
   (:mod:`ddpfaults.rank.dcp`);
@@ -25,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, Preempt, TornCheckpointWrite
-from ddpfaults.faults.checkpoint import _CheckpointFault
+from ddpfaults.faults import DroppedLink, LinkDropped, OutOfMemory, Preempt, TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.faults.dcp import AsyncSaveKilled, CheckpointNotVisible, TornDcpWrite
 from ddpfaults.faults.memory import MARGIN
 from ddpfaults.rank import checkpoint, dcp, links, memory, preempt
@@ -57,10 +58,15 @@ def _limit_memory(ctx, fault: OutOfMemory) -> None:
     )
 
 
-def _intercept_checkpoints(ctx, fault: _CheckpointFault) -> None:
-    """Route this process's torch.save/torch.load through the checkpoint faults (idempotent). Not an effect yet: the
-    fault fires when the writer's save is torn or killed (a step without a save leaves it unfired)."""
+def _intercept_checkpoints(ctx, fault: TornCheckpointWrite) -> None:
+    """Route this process's torch.save/torch.load through the torn-write fault (idempotent). Not an effect yet: the
+    fault fires when the writer's save is torn (a step without a save leaves it unfired)."""
     checkpoint.install()
+
+
+def _file_complete(ctx, fault: WriterKilledMidSave, op: str, maker: str = "user") -> None:
+    """The writer entering a collective has completed the file it was writing: cut it and die there."""
+    checkpoint.window_ends(ctx)
 
 
 def _intercept_dcp(ctx, fault) -> None:
@@ -95,7 +101,7 @@ def _drop_links(ctx, fault: DroppedLink, op: str, maker: str = "user") -> str | 
 #: the kinds whose effect lives here (a subclass takes its nearest base's)
 EFFECTS = {
     OutOfMemory: Effect(arm=_limit_memory),
-    _CheckpointFault: Effect(arm=_intercept_checkpoints),
+    WriterKilledMidSave: Effect(arm=checkpoint.kill_mid_file, before_collective=_file_complete),
     TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
     DroppedLink: Effect(before_collective=_drop_links),
     Preempt: Effect(arm=preempt.deliver),
@@ -129,11 +135,15 @@ def before_collective(ctx, fault, op: str, maker: str = "user") -> str | None:
 
 
 def step_starts() -> None:
-    """A rank's next step starts: what an effect holds only until then ends (an ``OutOfMemory`` limit)."""
+    """A rank's next step starts: what an effect holds only until then ends (an ``OutOfMemory`` limit, the file a
+    ``WriterKilledMidSave`` writer was writing)."""
     memory.restore()
+    checkpoint.window_ends()
 
 
 def job_ends() -> None:
     """A rank's job ends (returned or raised): what an effect holds within a job ends, before the job's report (an
-    ``OutOfMemory`` limit must not stop it; a warm rank runs the next job unlimited)."""
+    ``OutOfMemory`` limit must not stop it; a warm rank runs the next job unlimited; a ``WriterKilledMidSave``
+    writer's file is complete)."""
     memory.restore()
+    checkpoint.window_ends()

@@ -28,7 +28,18 @@ import torch.distributed as dist
 from ddpfaults import jobfiles
 from ddpfaults.faults import batches
 from ddpfaults.proc import tree
-from ddpfaults.rank import context, cuda_on_cpu, flight, forkserver, preempt, resume, seams, torch_private, tracing
+from ddpfaults.rank import (
+    context,
+    cuda_on_cpu,
+    files,
+    flight,
+    forkserver,
+    preempt,
+    resume,
+    seams,
+    torch_private,
+    tracing,
+)
 from ddpfaults.rank.context import EventLog, RankContext
 from ddpfaults.rank.job import run_job
 from ddpfaults.spec import RunSpec
@@ -235,6 +246,7 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
         rank=r, spec=job.spec, shared_dir=job.shared_dir, faults=job.faults, events=events, attempt=job.attempt
     )
     result_path = jobfiles.path(job.job_dir, r, "result")
+    files.begin(ctx, ignore=(job.job_dir, config.world_dir))  # the job's files, not ddpfaults' own
 
     def init_process_group():
         if not dist.is_initialized():  # a warm rank keeps its group from the first job

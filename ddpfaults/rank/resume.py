@@ -88,7 +88,8 @@ def start(ctx, path: str, watch: frozenset = frozenset()) -> None:
     install()
     wrapped.forget()  # a warm rank's earlier jobs wrapped modules too
     _capture = Capture(ctx, path, watch)
-    job_files.watch(ctx, _capture.note, ignore=(os.path.dirname(path),))
+    job_files.begin(ctx, ignore=(os.path.dirname(path),))
+    job_files.listen(ctx, _capture.note)
 
 
 def finish(ctx) -> None:
@@ -97,7 +98,7 @@ def finish(ctx) -> None:
     capture, _capture = _capture, None
     if capture is None or capture.ctx is not ctx:
         return
-    job_files.stop(ctx)
+    job_files.unlisten(ctx, capture.note)
     states = [m.state_dict() for m in wrapped.wrapped_modules()]
     params = [_params(o) for o in capture.optimizers]
     seen = {}  # a DDP module's parameters are its optimizer's: summarised once
@@ -131,7 +132,7 @@ def install() -> None:
     iterator = dataloader._BaseDataLoaderIter
     iterator.__next__ = _drawn(iterator.__next__)
     wrapped.on_register(_watch_forward)
-    torch.save = _saved_to_path(torch.save)
+    job_files.install()
 
 
 def _active():
@@ -186,18 +187,6 @@ def _watch_forward(module) -> None:
             capture.inputs.append(_digest([args, kwargs]))
 
     module.register_forward_pre_hook(hook, prepend=True, with_kwargs=True)
-
-
-def _saved_to_path(original):
-    """``torch.save`` noting a path it writes (torch's C++ writer opens it: no audit event shows it)."""
-
-    def save(obj, f, *args, **kwargs):
-        if _active() is not None:
-            job_files.saved(f)
-        return original(obj, f, *args, **kwargs)
-
-    save.__wrapped__ = original
-    return save
 
 
 def _drawn(original):

@@ -3,9 +3,11 @@ file) and every step compared on its own: the buffer-then-``open`` trainer (``sc
 function) with an absolute checkpoint directory is refused as a baseline that began from the faulted run's
 checkpoint, with ``{run_dir}`` (or ``ctx.shared_dir``) equivalent; each of its buggy resumes is named at its real
 first difference; the tutorial's replayed epoch is named at its first replayed step though its zero gradients leave
-the final state equal, and ``run --check-resume`` exits 1 on it."""
+the final state equal, and ``run --check-resume`` exits 1 on it; ``WriterKilledMidSave`` at the file the writer writes
+through ``open`` tears the in-place checkpoint (every restart crashes loading it) and spares the atomic one."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,7 +15,7 @@ import pytest
 
 import ddpfaults
 import restartfns
-from ddpfaults.faults import RankKilled
+from ddpfaults.faults import RankKilled, WriterKilledMidSave
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
 BUFFER = os.path.join(SCRIPTS, "buffer_ckpt.py")
@@ -91,3 +93,30 @@ def test_run_check_resume_exits_1_on_the_tutorial_s_replayed_epoch(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "resume differs from step 4: rank 0 consumed at step 4 the batch" in done.stdout, done.stdout
+
+
+def _killed_mid_save(form: str, world_size: int, atomic: bool):
+    """The trainer writing ``ckpt.pt`` (in place, or ``atomic``) with its writer killed mid-save at step 6."""
+    faults = {**CHECK, "faults": [WriterKilledMidSave(writer=0, step=6)], "world_size": world_size}
+    if form == "script":
+        return ddpfaults.run_script(BUFFER, ["--ckpt", "{run_dir}/c", "--fixed-name"] + ["--atomic"] * atomic, **faults)
+    return ddpfaults.run_world(restartfns.buffer_ckpt, kwargs={"fixed_name": True, "atomic": atomic}, **faults)
+
+
+@pytest.mark.parametrize("form", ["script", "function"])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_writer_killed_mid_save_tears_the_in_place_checkpoint_and_spares_the_atomic_one(form, world_size):
+    """``WriterKilledMidSave`` at the file its writer writes through ``open`` (no ``torch.save`` to a path): in place,
+    every restart crashes loading the torn checkpoint, as under torchrun; atomic, the kill comes before the rename and
+    the run resumes from the last good checkpoint, equivalent."""
+    torn = _killed_mid_save(form, world_size, atomic=False)
+    assert [a["outcome"] for a in torn.attempts] == ["crashed", "crashed"], torn.report()
+    assert "negative seek value" in torn.root_cause or "central directory" in torn.root_cause, torn.report()
+    written = re.match(r"SIGKILLed the writer mid-save of ckpt\.pt after (\d+) of (\d+) bytes were on disk \((.*)\)$",
+                       torn.fired[0].how)  # fmt: skip
+    assert written and int(written[1]) == int(written[2]) // 2 > 0, torn.fired
+    assert written[3].endswith("/ckpt.pt"), torn.fired
+    atomic = _killed_mid_save(form, world_size, atomic=True)
+    assert [a["outcome"] for a in atomic.attempts] == ["crashed", "completed"], atomic.report()
+    assert atomic.fired[0].how.startswith("SIGKILLed the writer mid-save of ckpt.pt.tmp after"), atomic.report()
+    assert atomic.resume["equivalent"] is True, atomic.report()

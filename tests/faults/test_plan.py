@@ -96,9 +96,13 @@ CONFLICTS = [
     (RankOnlyBarrier(rank=1, step=2), RankOnlyBarrier(rank=1, step=2), "both call the lone barrier"),
     (RankOnlyBarrier(rank=1, step=2), SkippedCollective(rank=1, step=2), "the skip would swallow the lone barrier"),
     (RankOnlyBarrier(rank=1, step=2), SkippedCollective(rank=1, step=2, op="barrier"), "swallow the lone barrier"),
-    (TornCheckpointWrite(writer=0, step=2), WriterKilledMidSave(writer=0, step=2), "interrupt the step's torch.save"),
+    (
+        TornCheckpointWrite(writer=0, step=2),
+        WriterKilledMidSave(writer=0, step=2),
+        "interrupt the step's checkpoint save",
+    ),
     (TornCheckpointWrite(writer=0, step=2), TornCheckpointWrite(writer=1, step=2), "on every rank at step 2"),
-    (WriterKilledMidSave(writer=0), TornCheckpointWrite(writer=0, step=4), "interrupt the step's torch.save"),
+    (WriterKilledMidSave(writer=0), TornCheckpointWrite(writer=0, step=4), "interrupt the step's checkpoint save"),
 ]
 
 COMPOSE = [

@@ -19,11 +19,12 @@ def _recorded(tmp_path, act, *, active=True) -> list[dict]:
     job.mkdir(exist_ok=True)
     ctx, noted = SimpleNamespace(current_step=3), []
     running.activate(ctx if active else SimpleNamespace())
-    files.watch(ctx, noted.append, ignore=(str(job),))
+    files.begin(ctx, ignore=(str(job),))
+    files.listen(ctx, noted.append)
     try:
         act(ctx)
     finally:
-        files.stop(ctx)
+        files.unlisten(ctx, noted.append)
         running.activate(None)
     return noted
 
@@ -41,8 +42,7 @@ def test_every_door_is_one_event_with_the_resolved_path_mode_and_size(tmp_path):
         os.replace(data / "b.tmp", data / "b.bin")
         os.remove(data / "a.bin")
         numpy.save(data / "c.npy", numpy.zeros(3))
-        files.saved(str(data / "d.pt"))  # what ddpfaults.rank.resume's torch.save calls for a path
-        torch.save({}, data / "d.pt")
+        torch.save({}, data / "d.pt")  # torch's C++ writer opens it: torch.save notes it (files.install)
         torch.load(data / "d.pt")
         (tmp_path / "job" / "rank0.resume").write_text("own")  # the job's directory: ddpfaults' own
         import json  # noqa: F401  (an import opens sources: none recorded)
@@ -66,13 +66,13 @@ def test_every_door_is_one_event_with_the_resolved_path_mode_and_size(tmp_path):
     assert files.measured(noted[5])["size"] == os.path.getsize(data / "c.npy") > 0  # measured once written
 
 
-def test_another_job_s_context_and_a_stopped_watch_record_nothing(tmp_path):
+def test_another_job_s_context_and_no_listener_record_nothing(tmp_path):
     def act(ctx):
         (tmp_path / "x").write_text("x")
 
     assert _recorded(tmp_path, act, active=False) == []  # another job runs (a warm rank's next)
     assert _recorded(tmp_path, act) != []
-    (tmp_path / "y").write_text("after the job stopped its watch: nothing, and no error")
+    (tmp_path / "y").write_text("after the job stopped listening: nothing, and no error")
 
 
 def test_a_process_forked_from_the_rank_records_nothing(tmp_path):

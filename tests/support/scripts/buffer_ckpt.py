@@ -1,7 +1,8 @@
 """A torchrun script that checkpoints the common atomic-minded way and never calls ``torch.save`` on a path: rank 0
 serialises into memory (``torch.save(state, buffer)``), then writes ``ckpt_{steps done:06d}.pt`` with ``open`` and a
 ``latest`` file naming it, into ``--ckpt DIR``; every rank resumes from ``latest`` when it is there (reading the
-checkpoint with ``open`` too). ``--atomic`` writes each file to a temporary name, then ``os.replace``-s it into place.
+checkpoint with ``open`` too). ``--atomic`` writes each file to a temporary name, then ``os.replace``-s it into place;
+``--fixed-name`` writes every checkpoint to ``ckpt.pt``.
 ``--bug`` is one of the resumes gone wrong: ``counter`` (the step counter saved one step short: a step replayed),
 ``data`` (the data restarted from its first batch), ``rng`` (the RNG states not restored: dropout draws other masks),
 ``scheduler`` (the LR scheduler not saved). No ddpfaults import; ``restartfns.buffer_ckpt`` runs :func:`train` as a
@@ -17,7 +18,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
-def train(ckpt: str, *, steps: int = 8, bug: str = "none", atomic: bool = False, announce=lambda step: None) -> int:
+def train(
+    ckpt: str, *, steps: int = 8, bug: str = "none", atomic: bool = False, fixed_name=False, announce=lambda step: None
+) -> int:
     """Train ``steps`` steps, resuming from ``ckpt`` when it holds a checkpoint (``announce(step)`` as each step
     begins); return the first step this run made."""
 
@@ -71,8 +74,9 @@ def train(ckpt: str, *, steps: int = 8, bug: str = "none", atomic: bool = False,
             }
             buffer = io.BytesIO()
             torch.save(state, buffer)
-            write(os.path.join(ckpt, f"ckpt_{step + 1:06d}.pt"), buffer.getvalue())
-            write(latest, f"ckpt_{step + 1:06d}.pt".encode())
+            name = "ckpt.pt" if fixed_name else f"ckpt_{step + 1:06d}.pt"
+            write(os.path.join(ckpt, name), buffer.getvalue())
+            write(latest, name.encode())
         dist.barrier()
     return start
 
@@ -83,7 +87,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--bug", choices=("none", "counter", "data", "rng", "scheduler"), default="none")
     parser.add_argument("--atomic", action="store_true")
+    parser.add_argument("--fixed-name", action="store_true")
     args = parser.parse_args()
     dist.init_process_group("gloo")
-    train(args.ckpt, steps=args.steps, bug=args.bug, atomic=args.atomic)
+    train(args.ckpt, steps=args.steps, bug=args.bug, atomic=args.atomic, fixed_name=args.fixed_name)
     dist.destroy_process_group()
