@@ -5,8 +5,10 @@ The training is the built-in resume scenario's loop (``scenarios/scenario_resume
 shuffling DistributedSampler, a checkpoint after every step), or with ``--wide W`` a DDP MLP W wide (2.1M parameters
 at 1024: ``worlds.wide_train``, 20 steps, a checkpoint every 5), fault-free on a warm world, and killed half-way
 (``RankKilled`` on rank 1, ``max_restarts=1``); and the resume check (``check_resume``) of the killed run against
-the cost of the two runs it compares. Prints the medians and the ratios (the issue's bounds: a restarted world at
-most 1.5x the fault-free one; the check no more than the two runs).
+the cost of the two runs it compares, and against the same check without its file record (the audit hook's
+listener removed in the ranks: ``worlds.unrecorded``). Prints the medians and the ratios (the issues' bounds: a
+restarted world at most 1.5x the fault-free one; the check no more than the two runs; the file record at most 1.05x
+the check without it), and what the audit hook costs an audit event nobody listens to.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ sys.path.insert(0, HERE)
 from ddpfaults import run_world  # noqa: E402
 from ddpfaults.faults import RankKilled  # noqa: E402
 from ddpfaults.scenario import builtin_dir, load_function  # noqa: E402
-from worlds import wide_train  # noqa: E402
+from worlds import unrecorded, wide_train  # noqa: E402
 
 TRAIN = load_function(os.path.join(builtin_dir(), "scenario_resume.py") + ":resume_train")
 
@@ -34,6 +36,24 @@ def timed(run, check) -> float:
     result = run()
     assert check(result), result.report()
     return time.perf_counter() - started
+
+
+def hook_cost() -> float:
+    """Seconds the rank's audit hook takes on an ``open`` while no job listens (every open of a rank's process between
+    and outside the check pays it), against a call of an empty function."""
+    from ddpfaults.rank import files
+
+    def empty(event, args):
+        pass
+
+    calls, args = 200_000, ("/tmp/x", "r", 0)
+    times = []
+    for hook in (files._hook, empty):
+        started = time.perf_counter()
+        for _ in range(calls):
+            hook("open", args)
+        times.append((time.perf_counter() - started) / calls)
+    return max(times[0] - times[1], 0.0)
 
 
 def main() -> None:
@@ -53,7 +73,7 @@ def main() -> None:
     restarted = lambda r: completed(r) and len(r.attempts) == 2  # noqa: E731
     equivalent = lambda r: restarted(r) and r.resume["equivalent"]  # noqa: E731
     timed(lambda: run_world(train, world_size=n, kwargs=kwargs), completed)  # the fork server and a warm world
-    free, killed, checked = [], [], []
+    free, killed, checked, bare = [], [], [], []
     for _ in range(args.repeat):  # interleaved, so every side sees the same machine load
         free.append(timed(lambda: run_world(train, world_size=n, kwargs=kwargs), completed))
         killed.append(
@@ -62,6 +82,19 @@ def main() -> None:
         checked.append(
             timed(
                 lambda: run_world(train, world_size=n, kwargs=kwargs, faults=kill, max_restarts=1, check_resume=True),
+                equivalent,
+            )
+        )
+        bare.append(
+            timed(
+                lambda: run_world(
+                    unrecorded,
+                    world_size=n,
+                    kwargs={"train": train, **kwargs},
+                    faults=kill,
+                    max_restarts=1,
+                    check_resume=True,
+                ),
                 equivalent,
             )
         )
@@ -74,6 +107,13 @@ def main() -> None:
         f"resume check / (fault-free + restarted): {check / (base + cost):.2f}x (bound: 1x); the check's own cost "
         f"(the capture in the ranks, the comparison): {check - base - cost:.3f} s"
     )
+    print(
+        f"the check with its file record / without it: {check / statistics.median(bare):.3f}x (bound: 1.05x; "
+        f"without: median {statistics.median(bare):.3f} s); per repeat "
+        f"{min(c / b for c, b in zip(checked, bare, strict=True)):.3f}-"
+        f"{max(c / b for c, b in zip(checked, bare, strict=True)):.3f}x"
+    )
+    print(f"the audit hook on an event nobody listens to: {hook_cost() * 1e9:.0f} ns")
     restarts = sorted(k / f for f, k in zip(free, killed, strict=True))
     checks = sorted(c / (f + k) for f, k, c in zip(free, killed, checked, strict=True))
     print(
