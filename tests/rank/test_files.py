@@ -66,6 +66,16 @@ def test_every_door_is_one_event_with_the_resolved_path_mode_and_size(tmp_path):
     assert files.measured(noted[5])["size"] == os.path.getsize(data / "c.npy") > 0  # measured once written
 
 
+def test_only_the_files_directly_in_the_job_s_directory_are_ddpfaults_own_not_its_shared_directory_s(tmp_path):
+    def act(ctx):
+        (tmp_path / "job" / "rank0.events").write_text("ddpfaults' own")
+        (tmp_path / "job" / "shared").mkdir()
+        (tmp_path / "job" / "shared" / "best.pth").write_bytes(b"a rank function's checkpoint in ctx.shared_dir")
+
+    noted = _recorded(tmp_path, act)
+    assert [(e["how"], e["path"]) for e in noted] == [("wrote", os.path.realpath(tmp_path / "job/shared/best.pth"))]
+
+
 def test_another_job_s_context_and_no_listener_record_nothing(tmp_path):
     def act(ctx):
         (tmp_path / "x").write_text("x")
