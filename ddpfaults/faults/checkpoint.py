@@ -66,7 +66,8 @@ class WriterKilledMidSave(_CheckpointFault):
     """The ``writer`` process is SIGKILLed with half of its checkpoint file's bytes on disk.
 
     The checkpoint is the first file of at least 512 bytes the writer writes in the fault's step, whatever writes it
-    (``torch.save`` to a path, ``open(path, "wb")`` of a buffer ``torch.save`` filled, numpy, safetensors): once
+    (``torch.save`` to a path, ``open(path, "wb")`` of a buffer ``torch.save`` filled, numpy; not a library writing
+    outside Python's I/O, such as safetensors' Rust ``save_file``): once
     complete (the writer moves on to another file, an ``os.replace``, a collective, its next step), it is cut to half
     its bytes and the writer killed. The engine reports it DIED ("was killed by SIGKILL"). An in-place save leaves a
     truncated checkpoint; an atomic one (temp file + ``os.replace``) is killed before the rename and leaves the last

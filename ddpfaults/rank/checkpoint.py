@@ -2,7 +2,7 @@
 ``torch.load`` interception (``TornCheckpointWrite``).
 
 ``WriterKilledMidSave`` acts on the file its writer writes in the fault's step, whatever writes it (``torch.save``
-to a path, ``open(path, "wb")`` of a buffer, numpy, safetensors), seen through the rank's file record
+to a path, ``open(path, "wb")`` of a buffer, numpy), seen through the rank's file record
 (:mod:`ddpfaults.rank.files`): once the file is complete (the writer moves on: another file event, such as the
 ``os.replace`` of an atomic save, a collective, the next step or the job's end), it is cut to half its bytes, made
 durable, and the writer SIGKILLed — before the rename of an atomic save, so the old checkpoint stays, as under

@@ -1,5 +1,5 @@
-"""Every file a job's rank opens, renames or removes, whatever issued it (``open``, ``torch.load``, numpy,
-safetensors, DCP's writer), from the interpreter's audit events (``sys.addaudithook``: ``open``, ``os.rename`` (which
+"""Every file a job's rank opens, renames or removes, whatever Python code issued it (``open``, ``torch.load``, numpy,
+DCP's writer and reader), from the interpreter's audit events (``sys.addaudithook``: ``open``, ``os.rename`` (which
 ``os.replace`` raises too), ``os.remove``, ``os.truncate``).
 
 The hook is added once per process and can never be removed: it consults the running job's context
@@ -8,11 +8,12 @@ capture, an armed checkpoint fault), so a warm rank's next job, or the time betw
 another's, and a job nobody listens to costs one test per audit event. It sees every open in the process (imports
 too), so it filters first by event name, then drops the interpreter's and libraries' own files (sources, compiled
 modules, anything under the interpreter's prefixes), the kernel's (``/proc``, ``/sys``, ``/dev``), caches, and
-ddpfaults' own files (directly in the job's directory, the checkpoint handshake's flags). ``torch.save`` to a path is
-the one door Python's audit does not see (torch's C++ writer opens the file): its ``torch.save`` calls :func:`saved`.
-A DataLoader worker forked from the rank inherits the hook; it records nothing (another process). Each file met is one
-``file`` event (:mod:`ddpfaults.events`): ``how`` (``read``, ``wrote``, ``renamed`` (``path`` the new name, ``src``
-the old), ``removed``), ``path`` (resolved), ``mode``, ``size`` (bytes when seen; a file opened for writing is
+ddpfaults' own files (directly in the job's directory, the checkpoint handshake's flags). A file opened outside
+Python's I/O raises no audit event: ``torch.save`` to a path (torch's C++ writer opens it) is noted by ``torch.save``
+itself (:func:`saved`); a library's native writer or reader (safetensors' Rust ``save_file`` and ``safe_open``) is
+not seen. A DataLoader worker forked from the rank inherits the hook; it records nothing (another process). Each file
+met is one ``file`` event (:mod:`ddpfaults.events`): ``how`` (``read``, ``wrote``, ``renamed`` (``path`` the new name,
+``src`` the old), ``removed``), ``path`` (resolved), ``mode``, ``size`` (bytes when seen; a file opened for writing is
 measured later, :func:`measured`), ``step`` and ``wall``.
 """
 
