@@ -156,7 +156,7 @@ class _Page(HTMLParser):
 
 def test_page_shows_expected_and_observed_and_counts_failed_expectations_not_verdicts():
     """Four worlds: crashed as expected (a pass), completed as expected (a pass), crashed where a completion was
-    expected (a failure), crashed with no expectation (neither). "1 of 3 failed", the failure listed first."""
+    expected (a failure), crashed with no expectation (neither). "1 of 4 failed", the failure listed first."""
     worlds = [crashed_world(), completed_world(), crashed_world(), crashed_world()]
     expectations = [
         Expectation.of(Expect.parse("crashed on rank 1"), worlds[0]),
@@ -165,7 +165,7 @@ def test_page_shows_expected_and_observed_and_counts_failed_expectations_not_ver
         None,
     ]
     page = _Page(render_html(build_document(worlds, expectations=expectations)))
-    assert page.tally["text"].startswith("1 of 3 failed · 2 passed · 1 without an expectation"), page.tally
+    assert page.tally["text"].startswith("1 of 4 failed · 2 passed · 1 without an expectation"), page.tally
     assert (page.tally["data-failed"], page.tally["data-checked"], page.tally["data-worlds"]) == ("1", "3", "4")
     assert list(page.rows) == ["2", "0", "1", "3"], "the failed world first, then the rest as they ran"
     assert page.sections == [("2", "failed"), ("0", "passed"), ("1", "passed"), ("3", "unchecked")]
