@@ -1,8 +1,8 @@
 """One self-contained HTML page for a report document: what failed, then a swimlane timeline per world.
 
 The page opens with the tally ("3 of 40 failed · 35 passed · 2 without an expectation": worlds whose expectation did
-not hold, out of every world listed; a world expected to crash that crashed passed) and a summary table, failed worlds first, with each
-world's expectation, its observed verdict and root cause, and what differed.
+not hold, out of every world listed; a world expected to crash that crashed passed) and a summary table, failed
+worlds first, with each world's expectation, its observed verdict and root cause, and what differed.
 
 A world is drawn as one lane per rank on a shared time axis: steps are bands, collectives are
 blocks from entered to left (an unfinished one runs on to the rank's death, else to the verdict),
