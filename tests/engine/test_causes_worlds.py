@@ -26,6 +26,23 @@ def _no_culprit(result, kind):
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_a_sigterm_from_outside_the_world_names_no_rank(world_size, form):
+    """A scheduler's SIGTERM to every rank (sent here by rank 0's code, not by a fault of the plan): the rank that
+    died of it first is not the cause ("root cause: rank 0 was killed by SIGTERM" before); its peers, blocked in
+    gloo when it came, fail on the exits as a consequence."""
+    if form == "function":
+        result = run_world(causefns.stopped_from_outside, world_size=world_size)
+    else:
+        result = run_script(os.path.join(SCRIPTS, "stopped_from_outside.py"), world_size=world_size)
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank is None and result.cause.kind == "outside_signal", result.report()
+    assert result.cause.error == "SIGTERM" and 0 in result.cause.ranks, result.report()
+    assert "from outside the world" in result.root_cause and "no rank at fault" in result.root_cause
+    assert WorldResult.from_dict(result.to_dict()).cause == result.cause
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
 def test_every_rank_raising_a_gpu_call_on_its_own_is_a_common_cause(world_size):
     script = run_script(os.path.join(SCRIPTS, "common_error.py"), ["--steps", "2"], world_size=world_size, timeout=90)
     _no_culprit(script, "common_error")

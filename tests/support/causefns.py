@@ -91,3 +91,23 @@ def reduce_through_a_library(ctx, steps=3, alone=None):
         ctx.step(step)
         if alone is None or step != 1 or ctx.rank == alone:
             _sync_ddp(torch.ones(3), reduce_op="sum")
+
+
+def stopped_from_outside(ctx, steps=6, at=2):
+    """At step ``at`` rank 0 sends SIGTERM to every rank of the world, itself included, as a scheduler stopping the
+    job does (not a fault of the plan); every rank all-reduces once per step."""
+    import os
+    import signal
+    import time
+
+    pids = [None] * ctx.world_size
+    dist.all_gather_object(pids, os.getpid())
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        if step == at and ctx.rank == 0:
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    return float(t)
