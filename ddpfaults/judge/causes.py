@@ -24,7 +24,6 @@ processes, no torch), each giving a :class:`~ddpfaults.judge.results.Cause` or N
 from __future__ import annotations
 
 import re
-import signal
 
 from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import Cause, RankResult, RankState
@@ -95,9 +94,10 @@ def preemption(ranks: list[RankResult]) -> Cause | None:
     )
 
 
-#: the signals that ask a job to stop (a rank's own crash dies of SIGABRT, SIGSEGV, SIGBUS...); SIGKILL from outside
-#: only when it ended two ranks or more (:func:`outside_signal`)
-FROM_OUTSIDE = ("SIGTERM", "SIGINT", "SIGHUP", "SIGKILL")
+#: the signals that ask a job to stop, by their numbers (Linux's: worlds run on Linux only), as an exit code names
+#: them; a rank's own crash dies of SIGABRT, SIGSEGV, SIGBUS... SIGKILL from outside only when it ended two ranks or
+#: more (:func:`outside_signal`)
+FROM_OUTSIDE = {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}
 
 
 def _signal_that_ended(rank: RankResult) -> str | None:
@@ -105,21 +105,13 @@ def _signal_that_ended(rank: RankResult) -> str | None:
     ``SystemExit`` a handler raises for it (status 128 + its number) or Python's ``KeyboardInterrupt`` (SIGINT)."""
     state = RankState(rank.state)
     if state == RankState.DIED and rank.exitcode is not None and rank.exitcode < 0:
-        return _name(-rank.exitcode)
+        return FROM_OUTSIDE.get(-rank.exitcode)
     if state == RankState.RAISED and (rank.error or "").startswith("KeyboardInterrupt"):
         return "SIGINT"
     status = re.fullmatch(r"SystemExit: (\d+)", (rank.error or "").strip())
     if state == RankState.RAISED and status and int(status.group(1)) > 128:
-        return _name(int(status.group(1)) - 128)
+        return FROM_OUTSIDE.get(int(status.group(1)) - 128)
     return None
-
-
-def _name(number: int) -> str | None:
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        return None
-    return name if name in FROM_OUTSIDE else None
 
 
 def outside_signal(ranks: list[RankResult]) -> Cause | None:
