@@ -35,7 +35,9 @@ class Expect:
     cannot tell (a completed run that violates an invariant, what survivors of a crash kept).
 
     ``faults_fire`` (default True): every fault of the plan must fire at least once — a fault
-    that never fires means the scenario tests nothing, which is reported as a failure.
+    that never fires means the scenario tests nothing, which is reported as a failure. Beside an outcome that
+    differs, a fault no rank it targets lived to reach (they hung, raised or died first) is not listed: the world
+    never came to its moment, and the outcome says why.
 
     ``resume_equivalent``, ``resume_cause``, ``resume_step``: the resume check's finding (an expectation naming one
     turns ``check_resume`` on): the restarted run equivalent to the uninterrupted one, bit-equal or to rounding
@@ -208,6 +210,8 @@ class Expect:
             found += replica_mismatches(result)
         if self.faults_fire:
             fired = {f.index for f in result.fired}
+            if any(m.kind == "outcome" for m in found):  # a fault whose moment never came is not news beside it
+                fired |= {u.index for u in result.unfired if not u.had_chance}
             hints = {u.index: f": {u.hint}" for u in result.unfired if u.hint}
             found += [
                 Mismatch(

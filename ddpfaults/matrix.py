@@ -1,4 +1,4 @@
-"""``python -m ddpfaults matrix [PATHS...] [--json] [--seed N]``: run every scenario case, print a truth table.
+"""``python -m ddpfaults matrix [PATHS...] [--json PATH] [--seed N]``: run every scenario case, print a truth table.
 ``python -m ddpfaults.matrix`` prints ``docs/scenarios.md`` (the cases, without running them).
 
 Each case (see :func:`ddpfaults.scenario.discover`; the built-ins by default) runs in a real world;
@@ -10,13 +10,14 @@ does not exist, a module that fails to import, no scenarios found).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 
 from ddpfaults.judge.checks import fidelity
 from ddpfaults.scenario import discover
-from ddpfaults.spec import RunSpec
+from ddpfaults.spec import RunSpec, output_problem
 
 COLUMNS = ("scenario", "variant", "expected", "observed", "root cause", "seconds", "ok")
 
@@ -149,36 +150,68 @@ def add_parser(sub) -> None:
     """Add the ``matrix`` subcommand to an argparse subparsers object."""
     parser = sub.add_parser("matrix", help="run every scenario case (default: the built-ins) and print a truth table")
     parser.add_argument("paths", nargs="*", help="scenario files or directories (default: the built-in scenarios)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of Markdown")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        nargs="?",
+        const=JSON_TO_STDOUT,
+        help="also write the rows as JSON to PATH (as run --json PATH and soak --json PATH do); --json alone, the "
+        "old form, prints them instead of the table (deprecated)",
+    )
     parser.add_argument("--seed", type=int, default=0)
+
+
+#: ``--json`` given without a path: the old flag, which printed the rows as JSON instead of the table
+JSON_TO_STDOUT = "-"
+
+
+def json_option(args) -> tuple[str | None, bool]:
+    """``(path, to_stdout)`` of the ``--json`` option: a path to write the rows to, or the deprecated flag form
+    (``--json`` alone, or followed by what is a scenario path: an existing ``.py`` file or folder, which the old
+    flag never took), which prints them to stdout; a deprecation line on stderr says so."""
+    value = args.json
+    if value is not None and value != JSON_TO_STDOUT and (os.path.isdir(value) or value.endswith(".py")):
+        args.paths = [value, *args.paths]  # argparse gave the flag its following path
+        value = JSON_TO_STDOUT
+    if value != JSON_TO_STDOUT:
+        return value, False
+    print(
+        "ddpfaults: matrix --json without a path is deprecated: give one (--json rows.json), as run and soak take",
+        file=sys.stderr,
+    )
+    return None, True
 
 
 def main(args) -> int:
     """Run the matrix for parsed ``args``; returns the exit code (bad input raises DDPFaultsError)."""
-    from ddpfaults.errors import DDPFaultsError
+    from ddpfaults.errors import DDPFaultsError, ReportFileError
+    from ddpfaults.report.document import write_json
 
+    path, to_stdout = json_option(args)
+    if path is not None:
+        problem = output_problem(path)
+        if problem:
+            raise ReportFileError(f"--json {path!r} cannot be written: {problem}")
     cases = discover(args.paths or None)
     if not cases:
         raise DDPFaultsError(f"no scenarios found in {' '.join(args.paths) or 'the built-ins'}")
     options = RunSpec(seed=args.seed)
     started, rows = time.monotonic(), []
-    if not args.json:
+    if not to_stdout:
         print(markdown_header(), flush=True)
     for case in cases:
         rows.append(run_case(case, options))
-        if not args.json:
+        if not to_stdout:
             print(markdown_row(rows[-1]), flush=True)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "rows": [r.to_dict() for r in rows],
-                    "ok": all(r.ok for r in rows),
-                    "seconds": round(time.monotonic() - started, 2),
-                },
-                indent=2,
-            )
-        )
+    document = {
+        "rows": [r.to_dict() for r in rows],
+        "ok": all(r.ok for r in rows),
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    if path is not None:
+        write_json(path, document, what="--json", indent=2)
+    if to_stdout:
+        print(json.dumps(document, indent=2))
     else:
         print(summary(rows, time.monotonic() - started))
     sys.stdout.flush()

@@ -208,13 +208,14 @@ def _record(item, result, expectation=None):
 
 
 def _report(result) -> tuple[str, list[tuple[str, str]]]:
-    """The world's report as (first screen, with the replay line; [(section title, text)])."""
+    """The world's report as (first screen, with the replay line; [(section title, text)]), the titles as
+    :func:`~ddpfaults.report.text.render_world` heads them (``--- TITLE ---``)."""
     from ddpfaults.report.text import report_parts
 
     head, sections = report_parts(result)
     if result.replay and result.replay not in head:
         head += f"\nreplay: {result.replay}"
-    return head, [(f"ddpfaults: {title}", text.rstrip()) for title, text in sections]
+    return head, [(title, text.rstrip()) for title, text in sections]
 
 
 class DDPWorld:
@@ -361,7 +362,7 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item):
     """Attach this phase's worlds to its report (xdist carries them to the controller), the worlds it ran outside
     the fixture included (a bare ``run_world``/``run_script``, a fixture's world); on a failure, add their reports as
-    sections."""
+    sections, but for a world whose report the failure already shows (``assert ..., result.report()``)."""
     recorded, seen, item.stash[_SEEN] = item.stash.get(_RECORDED, set()), item.stash.get(_SEEN, []), []
     for result in (r for r in seen if id(r) not in recorded):
         _record(item, result)
@@ -371,11 +372,13 @@ def pytest_runtest_makereport(item):
     if report.failed and records:
         from ddpfaults.judge.results import WorldResult
 
+        shown = str(report.longrepr)  # a mismatch shows the head; `assert ..., result.report()` all of the report
         for i, record in enumerate(records, 1):
             head, sections = _report(WorldResult.from_dict(record["result"]))
-            if not (record["expectation"] or {}).get("mismatches"):  # a mismatch already shows the head itself
-                sections.insert(0, (f"ddpfaults: world {i} of {len(records)}", head))
-            report.sections += sections
+            sections = [(title, text) for title, text in sections if f"--- {title} ---" not in shown]
+            if head.splitlines()[0] not in shown:
+                sections.insert(0, (f"world {i} of {len(records)}", head))
+            report.sections += [(f"ddpfaults: {title}", text) for title, text in sections]
     return report
 
 

@@ -72,11 +72,12 @@ def world_command(world) -> str:
 def script_command(target, spec: RunSpec, faults: tuple, *, moved: bool, fresh: bool) -> str:
     """The command that reruns a script world (``target``: a :class:`~ddpfaults.rank.script.ScriptTarget`) with the
     same seed, faults and settings, in the directory it ran in: the caller's, where the command runs (``moved``
-    False), the one it was given (``moved``), or a fresh one of its own (``fresh``: ``--cwd "$(mktemp -d)"``)."""
+    False), the one it was given (``moved``: its absolute path, so the line runs from any directory, as a pytest
+    test's temporary directory seen from elsewhere), or a fresh one of its own (``fresh``: ``--cwd "$(mktemp -d)"``)."""
     if fresh:
         where = ["--cwd", '"$(mktemp -d)"']
     elif moved and target.cwd != os.getcwd():
-        where = ["--cwd", shlex.quote(os.path.relpath(target.cwd))]
+        where = ["--cwd", shlex.quote(os.path.abspath(target.cwd))]
     else:
         where = []
     path = target.path and (os.path.abspath(target.path) if where else os.path.relpath(target.path))

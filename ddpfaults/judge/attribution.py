@@ -8,9 +8,13 @@ first:
 2. **own pattern**: ranks that, in one unit of their loop (a DataLoader batch where the ranks drew batches, else a
    step), made other collectives than they make in their other units, while every other rank that reached that
    unit made its usual ones (a rank that skipped a step's backward, or reduced one metric more);
-3. **faults**: the only group with ranks a fault of the plan fired on;
+3. **faults**: the only group with ranks a fault of the plan fired on, counting a fault by what it changed: one
+   acting on the rank's collectives or its life (a skipped collective, a lone barrier, a crash or a kill...) always;
+   one that changed a batch or cut a loader short only where the rank then made, at the fault's step, other
+   collectives than its peers (its loop skipped the batch), never where it made the same (it trained on it);
 4. **rank-conditional code**: the ranks standing inside a branch on their own rank (``if rank == 0:``,
-   ``is_main_process()``...: :mod:`ddpfaults.judge.live.branches`) while the others stand in none;
+   ``is_main_process()``...: :mod:`ddpfaults.judge.live.branches`) while the others stand in none, or, when most
+   ranks stand inside one and the same such branch, the fewer seen outside it;
 5. **majority**: a single smallest group.
 
 With none of these, no rank is named and the divergence says so.
@@ -180,13 +184,23 @@ def loop_exit(ranks: list[RankResult]) -> Evidence | None:
 
 
 def branch_evidence(ranks: list[RankResult], branches: dict | None) -> Evidence | None:
-    """The ranks standing inside a branch on their own rank (evidence 4 of the module docstring; ``branches``:
-    :func:`ddpfaults.judge.live.branches.find`'s, rank to :class:`~ddpfaults.judge.live.branches.Branch`) when every
-    other rank stands in none, or None."""
+    """The ranks standing inside a branch on their own rank when every other rank stands in none (evidence 4 of the
+    module docstring; ``branches``: :func:`ddpfaults.judge.live.branches.find`'s, rank to
+    :class:`~ddpfaults.judge.live.branches.Branch`, or None for a rank seen in the code under test in none), or
+    None. When more ranks stand inside one and the same branch than are seen outside it, the block is what most
+    ranks run, and the ranks seen outside it are the ones that left it (``if not (rank == 1 and step == 1):
+    all_reduce(...)``); a rank not seen (dead, finished: no frame to read) counts on neither side."""
     inside = sorted(r.rank for r in ranks if (branches or {}).get(r.rank) is not None)
     if not inside or len(inside) == len(ranks):
         return None
     others = [r.rank for r in ranks if r.rank not in inside]
+    seen_outside = [r for r in others if r in (branches or {})]
+    if seen_outside and len(seen_outside) < len(inside) and len({branches[r] for r in inside}) == 1:
+        return Evidence(
+            tuple(seen_outside),
+            f"{format_ranks(seen_outside)} stood outside a branch on the rank that {format_ranks(inside)} stood "
+            f"inside, {branches[inside[0]].describe()}",
+        )
     return Evidence(
         tuple(inside),
         f"{format_ranks(inside)} stood inside a branch on {_possessive(inside)} rank, "
@@ -214,7 +228,7 @@ def attribute(
     for found in (
         loop_exit(ranks),
         own_pattern(ranks),
-        _faults_on(divergence, fired),
+        _faults_on(divergence, fired, ranks),
         branch_evidence(ranks, branches),
     ):
         if odd := whole_groups(found):
@@ -233,6 +247,7 @@ def culprits(ranks: list[RankResult], fired=(), branches: dict | None = None) ->
     found = loop_exit(ranks) or own_pattern(ranks)
     if found is not None:
         return found
+    fired = _evidence(fired, ranks)
     if fired:
         last = max((f.step for f in fired if f.step is not None), default=None)
         latest = [f for f in fired if f.step == last]
@@ -242,9 +257,35 @@ def culprits(ranks: list[RankResult], fired=(), branches: dict | None = None) ->
     return branch_evidence(ranks, branches)
 
 
-def _faults_on(divergence: Divergence, fired) -> Evidence | None:
+#: what a fault did (:data:`ddpfaults.events.EFFECTS`) that changes a rank's collectives only through what its own
+#: code then does: evidence only where that rank's collectives at the fault's step differ from its peers'
+THROUGH_THE_LOOP = frozenset({"changed_batch", "stopped_loader"})
+
+
+def _evidence(fired, ranks: list[RankResult]) -> list:
+    """The fired faults that are evidence: those acting on a rank's collectives or its life, and those
+    :data:`THROUGH_THE_LOOP` after which the rank made, at the fault's step, other collectives than every peer
+    made at that step (its loop skipped the emptied batch; one that trained on it changed nothing)."""
+
+    def at(rank: RankResult, step) -> tuple:
+        return tuple(_signature(c) for c in rank.collectives if c.step == step and c.op not in POINT_TO_POINT)
+
+    by_rank = {r.rank: r for r in ranks}
+    kept = []
+    for f in fired:
+        if f.effect in THROUGH_THE_LOOP:
+            own = by_rank.get(f.rank)
+            peers = [r for r in ranks if r.rank != f.rank and r.collectives]
+            if own is None or not peers or all(at(own, f.step) == at(peer, f.step) for peer in peers):
+                continue
+        kept.append(f)
+    return kept
+
+
+def _faults_on(divergence: Divergence, fired, ranks: list[RankResult]) -> Evidence | None:
     """The only group of the divergence with ranks a fault fired on (evidence 3 of the module docstring): the faults
-    that fired at the divergent calls' steps, else those that fired before them."""
+    that fired at the divergent calls' steps, else those that fired before them (:func:`_evidence`'s)."""
+    fired = _evidence(fired, ranks)
     steps = {g.call.step for g in divergence.groups if g.call is not None and g.call.step is not None}
     if steps:
         at = [f for f in fired if f.step in steps]

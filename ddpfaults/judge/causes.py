@@ -8,6 +8,12 @@ processes, no torch), each giving a :class:`~ddpfaults.judge.results.Cause` or N
   signal, a ``SystemExit`` or ``KeyboardInterrupt`` its handler raised, or the grace period's SIGKILL), or failed
   only as a consequence. The scheduler stopped the job: no rank is at fault. The outcome stays the one the ranks'
   ends make (crashed).
+- **a signal from outside**: ranks were ended by a signal that asks a job to stop (SIGTERM, SIGINT, SIGHUP: the
+  signal itself, or the ``SystemExit``/``KeyboardInterrupt`` its handler raised; SIGKILL when two or more died of
+  it, as after a scheduler's grace period, for one alone is as likely the kernel's OOM killer), no fault of the plan
+  sent a signal, and every other rank finished or failed only as a consequence. A scheduler or an operator stopped
+  the job: no rank at fault. (A rank blocked in gloo when the signal comes often fails first on its peers' exits, so
+  the evidence seldom shows every rank getting it; the first to die of it is not the cause.)
 - **common error**: every rank raised the same exception (numbers in its message aside: a message may name the
   rank) at the same site and step, on its own (none a consequence of a peer's failure, no fault fired on only some
   of them). The code or the environment is at fault, not a rank. A rank that failed as a consequence before it
@@ -88,6 +94,41 @@ def preemption(ranks: list[RankResult]) -> Cause | None:
     )
 
 
+#: the signals that ask a job to stop, by their numbers (Linux's: worlds run on Linux only), as an exit code names
+#: them; a rank's own crash dies of SIGABRT, SIGSEGV, SIGBUS... SIGKILL from outside only when it ended two ranks or
+#: more (:func:`outside_signal`)
+FROM_OUTSIDE = {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}
+
+
+def _signal_that_ended(rank: RankResult) -> str | None:
+    """The :data:`FROM_OUTSIDE` signal that ended ``rank``: it died of it (its exit code), or raised the
+    ``SystemExit`` a handler raises for it (status 128 + its number) or Python's ``KeyboardInterrupt`` (SIGINT)."""
+    state = RankState(rank.state)
+    if state == RankState.DIED and rank.exitcode is not None and rank.exitcode < 0:
+        return FROM_OUTSIDE.get(-rank.exitcode)
+    if state == RankState.RAISED and (rank.error or "").startswith("KeyboardInterrupt"):
+        return "SIGINT"
+    status = re.fullmatch(r"SystemExit: (\d+)", (rank.error or "").strip())
+    if state == RankState.RAISED and status and int(status.group(1)) > 128:
+        return FROM_OUTSIDE.get(int(status.group(1)) - 128)
+    return None
+
+
+def outside_signal(ranks: list[RankResult]) -> Cause | None:
+    """The signal from outside the world that ended it (see the module docstring), or None."""
+    if any(f.signal or f.effect == "preempted" for r in ranks for f in r.fired):
+        return None  # ddpfaults sent a signal: the fault's cause, not the outside's
+    ended = {r.rank: name for r in ranks if (name := _signal_that_ended(r))}
+    if len(set(ended.values())) != 1 or (ended and "SIGKILL" in ended.values() and len(ended) < 2):
+        return None
+    others = [r for r in ranks if r.rank not in ended]
+    if any(RankState(r.state) != RankState.FINISHED and not r.collateral for r in others):
+        return None
+    consequence = [r.rank for r in others if r.collateral]
+    how = f"; {format_ranks(consequence)} failed as a consequence" if consequence else ""
+    return Cause("outside_signal", ranks=tuple(sorted(ended)), error=next(iter(ended.values())), how=how)
+
+
 def _were(ranks: list) -> str:
     return "was" if len(ranks) == 1 else "were"
 
@@ -128,5 +169,6 @@ def common_error(ranks: list[RankResult]) -> Cause | None:
 
 
 def find_cause(ranks: list[RankResult], plan=()) -> Cause | None:
-    """The first of :func:`torn_file`, :func:`preemption` and :func:`common_error` the ranks show (None: none)."""
-    return torn_file(ranks, plan) or preemption(ranks) or common_error(ranks)
+    """The first of :func:`torn_file`, :func:`preemption`, :func:`outside_signal` and :func:`common_error` the ranks
+    show (None: none)."""
+    return torn_file(ranks, plan) or preemption(ranks) or outside_signal(ranks) or common_error(ranks)

@@ -36,7 +36,11 @@ _MAKERS = tuple((piece.replace("/", os.sep) if piece else piece, name, maker) fo
 #: where ddpfaults' own calls come from (a fault's lone barrier, say): the innermost frame outside torch and the
 #: tracing wrappers is here
 _OWN = (f"{os.sep}ddpfaults{os.sep}rank{os.sep}", f"{os.sep}ddpfaults{os.sep}faults{os.sep}")
-_TRACING = f"{os.sep}ddpfaults{os.sep}rank{os.sep}tracing.py"
+#: ddpfaults' wrappers a user's own call passes through on its way to torch (the tracing; the CUDA mapping's
+#: ``barrier(device_ids=…)``, ``init_process_group("nccl")``): never who made the call
+_PASSED_THROUGH = tuple(
+    f"{os.sep}ddpfaults{os.sep}rank{os.sep}{name}.py" for name in ("tracing", "nccl_on_gloo", "cuda_on_cpu")
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -67,7 +71,7 @@ def stack_site(stack: str | None) -> str | None:
 def _maker(entry: dict) -> str:
     """Who made the entry's collective (a key of :data:`ddpfaults.events.MAKERS`), from the frames of its stack
     (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch and the
-    tracing wrappers every traced call passes through is its own machinery, else the user's code."""
+    wrappers a user's call passes through (:data:`_PASSED_THROUGH`) is its own machinery, else the user's code."""
     return _maker_of(tuple((frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []))
 
 
@@ -77,7 +81,9 @@ def _maker_of(frames: tuple) -> str:
     for piece, name, maker in _MAKERS:
         if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in frames):
             return maker
-    innermost = next((path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path and _TRACING not in path), "")
+    innermost = next(
+        (path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path and not path.endswith(_PASSED_THROUGH)), ""
+    )
     return "ddpfaults" if any(piece in innermost for piece in _OWN) else "user"
 
 

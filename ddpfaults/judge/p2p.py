@@ -115,24 +115,22 @@ def split_finding(ranks: list[RankResult]) -> Evidence | None:
     """The rank whose ``all_to_all_single`` sent a peer more rows than that peer's call expected from it, or None.
 
     The ranks' calls are matched in order (the n-th on each rank; ddpfaults' tracing records each call's
-    ``input_split_sizes`` and ``output_split_sizes``); at the first call where a rank's rows to a peer differ from
-    the rows the peer expects from it, the sender is named (a rank gloo aborted first, if one did: the receiver of a
-    message larger than its buffer dies). MoE routing that computes split sizes per rank without exchanging the
-    counts first does this."""
+    ``input_split_sizes`` and ``output_split_sizes``, a split not given being even: :func:`_rows`) and checked from
+    the sender's side: at the first call where a rank's rows to a peer differ from the rows the peer expects from
+    it, the sender is named (a rank gloo aborted first, if one did: the receiver of a message larger than its buffer
+    dies). MoE routing that computes split sizes per rank without exchanging the counts first does this."""
     calls = {
-        r.rank: [
-            e for e in r.events if e.get("k") == "enter" and e.get("op") == "all_to_all_single" and e.get("splits")
-        ]
-        for r in ranks
+        r.rank: [e for e in r.events if e.get("k") == "enter" and e.get("op") == "all_to_all_single"] for r in ranks
     }
     died = {r.rank for r in ranks if r.state == RankState.DIED}
+    size = len(ranks)
     for i in range(max((len(c) for c in calls.values()), default=0)):
         at = {rank: c[i] for rank, c in calls.items() if i < len(c)}
         wrong = []
         for s, call in at.items():
-            rows_out = call["splits"][0]
+            rows_out = _rows(call, 0, size)
             for d, theirs in at.items():
-                rows_in = theirs["splits"][1]
+                rows_in = _rows(theirs, 1, size)
                 if rows_out is None or rows_in is None or d >= len(rows_out) or s >= len(rows_in):
                     continue
                 if rows_out[d] != rows_in[s]:
@@ -146,6 +144,20 @@ def split_finding(ranks: list[RankResult]) -> Evidence | None:
                 f"{d} expected {expected} from it (split sizes computed per rank without exchanging the counts first)",
             )
     return None
+
+
+def _rows(call: dict, side: int, size: int) -> list | None:
+    """An ``all_to_all_single`` call's rows to each rank (``side`` 0: its input splits) or from each (1: its output
+    splits): as given, or, where none were given (an even split, as torch then does), its tensor's first dimension
+    (the recorded shapes: output first, then input) divided among the ``size`` ranks; None where neither is known."""
+    splits = call.get("splits") or [None, None]
+    if splits[side] is not None:
+        return splits[side]
+    shapes = call.get("shapes") or []
+    shape = shapes[1 - side] if len(shapes) == 2 else None
+    if not shape or not isinstance(shape[0], int) or shape[0] % size:
+        return None
+    return [shape[0] // size] * size
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ class Desync:
 
 #: the kinds of :class:`Cause`: every rank failing alike on its own, the scheduler preempting the job, a file one
 #: rank wrote torn that every rank then failed to read
-CAUSE_KINDS = ("common_error", "preemption", "torn_file")
+CAUSE_KINDS = ("common_error", "preemption", "outside_signal", "torn_file")
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,12 @@ class Cause:
             return (
                 f"{who} raised {self.error}{site}{step}, each on its own{note}{short}: a common cause (the code or "
                 f"the environment), no rank at fault"
+            )
+        if self.kind == "outside_signal":
+            return (
+                f"{format_ranks(self.ranks)} {'was' if len(self.ranks) == 1 else 'were'} ended by {self.error} from "
+                f"outside the world (no fault of the plan sent it: a scheduler or an operator stopped the job)"
+                f"{self.how}; no rank at fault"
             )
         if self.kind == "preemption":
             return (

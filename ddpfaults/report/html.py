@@ -1,8 +1,8 @@
 """One self-contained HTML page for a report document: what failed, then a swimlane timeline per world.
 
-The page opens with the tally ("3 of 40 failed": worlds whose expectation did not hold, out of those that
-had one; a world expected to crash that crashed passed) and a summary table, failed worlds first, with each
-world's expectation, its observed verdict and root cause, and what differed.
+The page opens with the tally ("3 of 40 failed · 35 passed · 2 without an expectation": worlds whose expectation did
+not hold, out of every world listed; a world expected to crash that crashed passed) and a summary table, failed
+worlds first, with each world's expectation, its observed verdict and root cause, and what differed.
 
 A world is drawn as one lane per rank on a shared time axis: steps are bands, collectives are
 blocks from entered to left (an unfinished one runs on to the rank's death, else to the verdict),
@@ -69,12 +69,13 @@ def render_html(document: dict) -> str:
 
 
 def _tally(worlds: list[dict]) -> dict:
-    """How many worlds failed (their expectation did not hold) out of those that had one: ``head`` ("3 of 40
-    failed"), ``rest`` (passes, worlds without an expectation), ``failed``, ``checked``."""
+    """How many worlds failed (their expectation did not hold, or their test failed) out of every world the page
+    lists: ``head`` ("3 of 40 failed"), ``rest`` (passes, worlds without an expectation: the three add up to the
+    rows), ``failed``, ``checked`` (the worlds with an expectation or a test outcome)."""
     statuses = [world_status(w) for w in worlds]
     failed, passed, unchecked = (statuses.count(s) for s in ("failed", "passed", "unchecked"))
     checked = failed + passed
-    head = f"{failed} of {checked} failed" if checked else f"{len(worlds)} world{'s' * (len(worlds) != 1)}"
+    head = f"{failed} of {len(worlds)} failed" if checked else f"{len(worlds)} world{'s' * (len(worlds) != 1)}"
     rest = [f"{passed} passed"] if checked else []
     if unchecked:
         rest.append(f"{unchecked} without an expectation" if checked else "no expectations to check")

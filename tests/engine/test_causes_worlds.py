@@ -10,7 +10,7 @@ import pytest
 import causefns
 from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import Preempt, SkippedCollective, TornDcpWrite, UnevenInputs
+from ddpfaults.faults import EmptyBatch, Preempt, SkippedCollective, TornDcpWrite, UnevenInputs
 from ddpfaults.judge.results import WorldResult
 from rankfns import all_reduce_steps, ddp_steps, split_train
 
@@ -22,6 +22,23 @@ def _no_culprit(result, kind):
     assert result.outcome == Outcome.CRASHED, result.report()
     assert result.root_rank is None and result.cause is not None and result.cause.kind == kind, result.report()
     assert result.cause.ranks == tuple(range(len(result.ranks)))
+    assert WorldResult.from_dict(result.to_dict()).cause == result.cause
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_a_sigterm_from_outside_the_world_names_no_rank(world_size, form):
+    """A scheduler's SIGTERM to every rank (sent here by rank 0's code, not by a fault of the plan): the rank that
+    died of it first is not the cause ("root cause: rank 0 was killed by SIGTERM" before); its peers, blocked in
+    gloo when it came, fail on the exits as a consequence."""
+    if form == "function":
+        result = run_world(causefns.stopped_from_outside, world_size=world_size)
+    else:
+        result = run_script(os.path.join(SCRIPTS, "stopped_from_outside.py"), world_size=world_size)
+    assert result.outcome == Outcome.CRASHED, result.report()
+    assert result.root_rank is None and result.cause.kind == "outside_signal", result.report()
+    assert result.cause.error == "SIGTERM" and 0 in result.cause.ranks, result.report()
+    assert "from outside the world" in result.root_cause and "no rank at fault" in result.root_cause
     assert WorldResult.from_dict(result.to_dict()).cause == result.cause
 
 
@@ -115,6 +132,37 @@ def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, 
     assert function.outcome == outcome and function.root_rank == 0, function.report()
     assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()
     assert f"; {others} in none" in function.root_cause, function.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_an_unrelated_empty_batch_does_not_steer_the_culprit(world_size, form):
+    """A CI gate's own EmptyBatch on the last rank, beside the bug it gates (a barrier on rank 0 only): the loop
+    trains on the empty batch, so the fault changed none of that rank's collectives and is no evidence; rank 0 is
+    named by its branch, as without the fault (it named the faulted rank's side: "a fault fired on ranks 1-3 only")."""
+    faults = [EmptyBatch(rank=world_size - 1, step=1)]
+    if form == "script":
+        result = run_script(RANK0_ONLY, ["--what", "barrier"], world_size=world_size, faults=faults, stall=2)
+    else:
+        result = run_world(causefns.rank0_barrier_over_a_loader, world_size=world_size, faults=faults, stall=2)
+    assert [(f.rank, f.step) for f in result.fired] == [(world_size - 1, 1)], result.report()
+    assert result.outcome == Outcome.HUNG and result.root_rank == 0, result.report()
+    assert "rank 0 stood inside a branch on its rank" in result.root_cause, result.report()
+    assert "a fault fired" not in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_the_rank_outside_a_block_every_other_rank_runs_is_named(form):
+    """Rank 1 skips the criterion's all_reduce at step 1 (``if not (rank == 1 and step == 1)``): ranks 0, 2 and 3
+    wait inside the block, rank 1 outside it. The block is what most ranks run, so the rank outside it is named
+    (the branch rule named the ranks inside: "ranks 2, 3" once gloo had aborted rank 0). At 2 ranks, one against
+    one, the branch still names the rank inside it: docs/internals.md says why."""
+    if form == "script":
+        result = run_script(os.path.join(SCRIPTS, "skips_criterion_reduce.py"), world_size=4, stall=2)
+    else:
+        result = run_world(causefns.skips_the_criterions_reduce, world_size=4, stall=2)
+    assert result.outcome in (Outcome.HUNG, Outcome.CRASHED) and result.root_rank == 1, result.report()
+    assert "rank 1 stood outside a branch on the rank that ranks 0, 2, 3 stood inside" in result.root_cause
 
 
 CROSS_STEP = os.path.join(SCRIPTS, "cross_step_train.py")

@@ -141,3 +141,26 @@ def test_a_rank_function_written_for_gpus_restarts_on_a_warm_standby_world():
     assert result.outcome == Outcome.COMPLETED and len(result.attempts) == 2, result.report()
     assert result.attempts[1]["warm"], result.report()
     assert result.values == [("cpu", 2), ("cpu", 2)]
+
+
+BARRIER_SCRIPT = """
+import os
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+dist.barrier(device_ids=[int(os.environ["LOCAL_RANK"])])
+if dist.get_rank() == 0:
+    dist.barrier(device_ids=[0])  # rank 0 alone: rank 1 leaves, and the barrier fails
+"""
+
+
+def test_the_users_own_barrier_is_the_users_through_the_mapping(tmp_path):
+    """Under the mapping a user's ``barrier(device_ids=…)`` passes through ddpfaults' plain barrier on its way to
+    torch: it is still the user's call (it was labelled ``barrier() [ddpfaults]``, the tag of an injected
+    RankOnlyBarrier)."""
+    (tmp_path / "barrier.py").write_text(BARRIER_SCRIPT)
+    result = run_script(str(tmp_path / "barrier.py"), world_size=2, cuda_on_cpu=True, cwd=str(tmp_path))
+    assert result.outcome == Outcome.CRASHED and result.root_rank == 0, result.report()
+    barriers = [c for c in result.ranks[0].collectives if c.op == "barrier"]
+    assert [c.maker for c in barriers] == ["user", "user"], result.report()
+    assert "[ddpfaults]" not in result.report() and "barrier.py:" in result.divergence.describe(), result.report()

@@ -166,3 +166,18 @@ def test_the_ddp_world_fixture_fails_a_test_whose_fault_never_fired_once(tmp_pat
         assert section.count("FaultNeverFired") == 1, section
     worlds = [w for w in document["worlds"] if w["nodeid"].startswith("test_fixture.py")]
     assert [w["unfired"][0]["finished"] for w in worlds] == [[1], [1], [1]]
+
+
+def test_a_world_that_hung_before_a_preempts_step_names_the_hang_not_the_preempt():
+    """Rank 0 waits in a barrier of its own at step 1 while rank 1 waits in that step's all_reduce: the world hangs
+    there, and the Preempt of step 3 never has its moment. An expectation of completion lists the outcome, not
+    "Preempt ... never fired" beside it."""
+    from ddpfaults import Expect
+    from ddpfaults.expect import Expectation
+    from ddpfaults.faults import Preempt, RankOnlyBarrier
+
+    plan = [RankOnlyBarrier(rank=0, step=1), Preempt(step=3)]
+    result = run_world(rankfns.all_reduce_steps, world_size=2, faults=plan, stall=1.0, require_faults_fire=False)
+    assert result.outcome == Outcome.HUNG and [u.index for u in result.unfired] == [1], result.report()
+    mismatches = Expectation.of(Expect("completed"), result).mismatches
+    assert [m.kind for m in mismatches] == ["outcome"], mismatches

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -87,6 +88,22 @@ def test_a_world_in_a_fresh_directory_replays_in_a_fresh_one_and_leaves_nothing(
         assert os.listdir(fresh) == ["model.pt"]
     assert result.outcome == Outcome.COMPLETED and not os.path.exists(fresh) and os.listdir(tmp_path) == []
     assert f"{PLAIN} --world-size 2" in result.replay and ' --cwd "$(mktemp -d)" ' in result.replay
+
+
+def test_a_world_given_a_directory_replays_from_any_directory(tmp_path):
+    """The replay line of a world run in a directory it was given (a pytest test's temporary one) names that
+    directory absolutely: run from another directory it reruns the same world there (it once carried a --cwd
+    relative to where the test ran, which led nowhere from anywhere else)."""
+    workdir, elsewhere = tmp_path / "work", tmp_path / "elsewhere" / "deeper"
+    workdir.mkdir(), elsewhere.mkdir(parents=True)
+    result = run_script(PLAIN, ["--checkpoint", "model.pt"], world_size=2, cwd=str(workdir))
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert f" --cwd {workdir} " in result.replay, result.replay
+    os.remove(workdir / "model.pt")
+    command = result.replay.replace("python -m ddpfaults", f"{shlex.quote(sys.executable)} -m ddpfaults", 1)
+    replayed = subprocess.run(command, shell=True, cwd=elsewhere, capture_output=True, text=True)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert (workdir / "model.pt").exists() and os.listdir(elsewhere) == []
 
 
 def test_naive_empty_batch_names_the_rank_that_left_early():

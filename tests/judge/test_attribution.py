@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ddpfaults.judge.attribution import attribute, loop_exit, own_pattern
+from ddpfaults.judge.attribution import attribute, culprits, loop_exit, own_pattern
 from ddpfaults.judge.results import Collective, FiredFault, RankResult, RankState
 from ddpfaults.judge.verdict import first_divergence, root_cause
 
@@ -177,3 +177,22 @@ def test_asymmetric_collectives_match_on_what_must_agree():
         rank(1, RankState.BLOCKED, [call("all_reduce", [[5]])]),
     ]
     assert first_divergence(sized) is not None  # a symmetric collective's sizes must still agree
+
+
+def test_a_fault_that_changed_a_batch_counts_only_where_the_rank_then_made_other_collectives():
+    """An EmptyBatch fired on rank 1 at step 0 and its loop trained on the batch (its step-0 collectives are its
+    peer's): no evidence, whatever diverged later. Where its loop skipped the batch (no collective at step 0), it is.
+    A fault on the collectives (a lone barrier) always is."""
+    reduce = Collective(1, "all_reduce", [[1]], "t.py:3 in f", 0)
+    world = [
+        rank(0, RankState.BLOCKED, [reduce, Collective(2, "barrier", [], "t.py:5 in f", 1)]),
+        rank(1, RankState.BLOCKED, [reduce, Collective(2, "all_reduce", [[1]], "t.py:3 in f", 1)]),
+    ]
+    emptied = [FiredFault(0, "EmptyBatch(rank=1, step=0)", 1, 0, "changed DataLoader batch 0", "changed_batch")]
+    assert attribute(first_divergence(world), world, emptied).odd_ranks == ()
+    assert culprits(world, emptied) is None
+    barrier = [FiredFault(1, "RankOnlyBarrier(rank=0, step=1)", 0, 1, "on_step", "on_step")]
+    assert attribute(first_divergence(world), world, emptied + barrier).odd_ranks == (0,)
+    skipped = [world[0], rank(1, RankState.BLOCKED, [dataclasses.replace(reduce, seq=1, step=1)])]
+    judged = attribute(first_divergence(skipped), skipped, emptied)
+    assert judged.odd_ranks == (1,) and "a fault fired on rank 1 only" in judged.basis

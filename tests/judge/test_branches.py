@@ -91,3 +91,22 @@ def test_the_rank_alone_inside_a_branch_on_its_rank_is_named_one_against_one():
     judged = attribute(divergence, ranks, (), inside)
     assert judged.odd_ranks == (0,) and judged.basis == found.shows
     assert attribute(divergence, ranks).odd_ranks == ()  # without it: nothing shows which diverged
+
+
+def test_the_ranks_seen_outside_a_block_most_ranks_stand_inside_are_named():
+    """``if not (rank == 1 and step == 1): all_reduce(...)``: ranks 2 and 3 wait inside it, rank 1 is seen outside
+    it (its frames known, in no branch), rank 0 is dead (gloo aborted it: no frames, on neither side)."""
+    block = branches.Branch("train.py:9 in main", "if not (rank == 1 and step == 1)")
+    inside = {1: None, 2: block, 3: block}
+    ranks = [RankResult(0, RankState.DIED)] + [RankResult(r, RankState.BLOCKED) for r in (1, 2, 3)]
+    found = branch_evidence(ranks, inside)
+    assert found.ranks == (1,)
+    assert found.shows == (
+        "rank 1 stood outside a branch on the rank that ranks 2, 3 stood inside, "
+        "`if not (rank == 1 and step == 1)` at train.py:9 in main"
+    )
+    one_against_one = branch_evidence(ranks[:2], {0: block, 1: None})
+    assert one_against_one.ranks == (0,), "a tie: the rank inside, as for code on rank 0 only"
+    other = branches.Branch("train.py:20 in main", "if rank != 1")
+    assert branch_evidence(ranks, {1: None, 2: block, 3: other}).ranks == (2, 3), "two branches: no one block"
+    assert branch_evidence(ranks, {2: block, 3: block}).ranks == (2, 3), "nobody seen outside: the old rule"

@@ -172,3 +172,40 @@ def test_a_cause_round_trips_through_the_report_document():
     again = WorldResult.from_dict(world.to_dict())
     assert again.cause == cause
     assert WorldResult.from_dict({**world.to_dict(), "cause": None}).cause is None
+
+
+# -- a signal from outside the world ------------------------------------------------------------
+
+
+def died(rank, exitcode=-15, **kw):
+    return RankResult(rank, RankState.DIED, exitcode=exitcode, error="was killed by SIGTERM", failed_at=1.0, **kw)
+
+
+def test_a_termination_signal_no_fault_sent_names_no_rank_and_its_peers_are_a_consequence():
+    for size in (2, 4):
+        ranks = [died(0)] + [raised(r, error=CLOSED) for r in range(1, size)]
+        decision = _decide(ranks)
+        assert decision.outcome == Outcome.CRASHED and decision.root_rank is None
+        assert decision.cause == Cause("outside_signal", ranks=(0,), error="SIGTERM", how=decision.cause.how)
+        assert decision.root_cause.startswith("rank 0 was ended by SIGTERM from outside the world")
+        assert decision.root_cause.endswith("failed as a consequence; no rank at fault")
+
+
+def test_a_handlers_system_exit_and_ctrl_c_count_as_the_signal():
+    term = [raised(r, error="SystemExit: 143", site="", step=1) for r in range(2)]
+    assert find_cause(term).kind == "outside_signal" and find_cause(term).error == "SIGTERM"
+    interrupted = [raised(0, error="KeyboardInterrupt", step=1), died(1, exitcode=-2)]
+    assert find_cause(interrupted).error == "SIGINT" and find_cause(interrupted).ranks == (0, 1)
+
+
+def test_a_signal_a_fault_sent_a_lone_sigkill_or_a_rank_failing_on_its_own_is_no_outside_signal():
+    from ddpfaults.faults import RankKilled
+
+    killed = RankKilled(rank=0, step=1, signal=15)
+    fired = FiredFault(0, repr(killed), 0, 1, "killed", effect="on_step", signal="SIGTERM")
+    assert find_cause([died(0, fired=[fired]), raised(1, error=CLOSED)], [killed]) is None
+    assert find_cause([died(0, exitcode=-9), raised(1, error=CLOSED)]) is None  # the OOM killer's, as likely
+    assert find_cause([died(0, exitcode=-9), died(1, exitcode=-9)]).error == "SIGKILL"  # a grace period's end
+    assert find_cause([died(0), raised(1, error="KeyError: 'mask'")]) is None  # rank 1 failed on its own
+    assert find_cause([died(0), died(1, exitcode=-6)]) is None  # SIGABRT: a crash inside the rank
+    assert find_cause([died(0), died(1, exitcode=-2)]) is None  # two signals: no one stop of the job

@@ -99,6 +99,9 @@ def test_a_recorded_collective_says_who_made_it():
     assert (
         _maker(_entry(tracing, ("/home/me/rankfns.py", "train"), ("/src/ddpfaults/rank/job.py", "run_job"))) == "user"
     )
+    mapped = ("/src/ddpfaults/rank/nccl_on_gloo.py", "barrier")  # the user's barrier(device_ids=...), cuda_on_cpu
+    assert _maker(_entry(tracing, mapped, ("/home/me/train.py", "main"), ("/src/ddpfaults/rank/job.py", "x"))) == "user"
+    assert _maker(_entry(tracing, mapped, ("/src/ddpfaults/faults/step.py", "on_step"))) == "ddpfaults"
     toy = _entry(("/src/ddpfaults/toy/models.py", "_reduce_num_masks"), ("/src/ddpfaults/rank/job.py", "run_job"))
     assert _maker(toy) == "user"  # code ddpfaults ships for scenarios is the user's side
 

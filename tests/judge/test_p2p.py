@@ -130,3 +130,18 @@ def test_a_rank_standing_elsewhere_proves_nothing():
     ends = [Endpoint(0, ended="finished", sent={1: 1}), Endpoint(1, waiting=("recv", 0, 2)), Endpoint(2)]
     assert prove_p2p(ends) is None
     assert begun([enter("send", 1, 0), enter("isend", 1, 0), enter("recv", 2, 0), {"k": "exit"}]) == ({1: 2}, {2: 1})
+
+
+def test_a_receiver_expecting_an_even_split_is_checked_from_the_senders_side():
+    """The receivers pass no output_split_sizes (torch splits evenly: 4 rows from each of 2 ranks); rank 0 routes
+    6 rows to rank 1 where rank 1 expects 4, with a sender's splits given: the sender is named."""
+
+    def call(rank, splits, shapes, state=RankState.FINISHED):
+        enter = {"k": "enter", "op": "all_to_all_single", "step": 0, "site": "moe.py:9 in route", "shapes": shapes}
+        return RankResult(rank=rank, state=state, events=[{**enter, "splits": splits}] if splits else [enter])
+
+    ranks = [call(0, [[2, 6], None], [[8, 4], [8, 4]], RankState.RAISED), call(1, None, [[8, 4], [8, 4]])]
+    found = split_finding(ranks)
+    assert found.ranks == (0,) and "sent rank 1 6 row(s) where rank 1 expected 4 from it" in found.shows
+    even = [call(0, None, [[8, 4], [8, 4]]), call(1, None, [[8, 4], [8, 4]])]
+    assert split_finding(even) is None

@@ -45,5 +45,5 @@ def test_the_page_counts_a_plain_assert_failure_as_pytest_does(pytester, monkeyp
     }
     page = (pytester.path / "worlds.html").read_text()
     assert re.search(r"<p id=tally data-failed=1 data-checked=2 data-worlds=3>", page), page[:2000]
-    assert "<b class=tally-head>1 of 2 failed</b> · 1 passed · 1 without an expectation" in page
+    assert "<b class=tally-head>1 of 3 failed</b> · 1 passed · 1 without an expectation" in page
     assert_no_orphans(document)

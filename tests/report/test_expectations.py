@@ -14,6 +14,7 @@ from ddpfaults import Check, Expect, FiredFault, Outcome, RankResult, RankState,
 from ddpfaults.__main__ import main as cli
 from ddpfaults.errors import ReportFileError
 from ddpfaults.expect import Expectation
+from ddpfaults.judge.results import UnfiredFault
 from ddpfaults.report.chrome_trace import trace_document
 from ddpfaults.report.document import build_document, read_document, world_status, write_document
 from ddpfaults.report.html import render_html
@@ -95,6 +96,26 @@ def test_each_world_carries_its_expectation_whether_it_held_and_the_mismatches_a
         build_document([crashed, crashed], expectations=[held])
 
 
+def test_a_fault_whose_moment_never_came_is_not_listed_beside_an_outcome_that_differs():
+    """A world that hung (here: crashed) before a Preempt's step: the outcome mismatch says what happened; "Preempt
+    never fired" beside it would send the reader after the fault. A fault a finished rank never met stays listed,
+    and so does every unfired fault when the outcome held."""
+    plan = ["RankCrash(rank=1, step=1)", "Preempt(step=5)", "Straggler(rank=0, step=9)"]
+    fired = [FiredFault(0, plan[0], 1, 1, "on_step")]
+    unfired = [UnfiredFault(1, plan[1]), UnfiredFault(2, plan[2], finished=(0,))]
+    world = crashed_world(faults=plan, fired=fired).assembled(unfired=unfired)
+    differs = Expectation.of(Expect.parse("completed"), world)
+    assert [(m.kind, m.expected) for m in differs.mismatches] == [
+        ("outcome", "completed"),
+        ("fault_never_fired", "Straggler(rank=0, step=9)"),
+    ]
+    held = Expectation.of(Expect.parse("crashed"), world)
+    assert [(m.kind, m.expected) for m in held.mismatches] == [
+        ("fault_never_fired", "Preempt(step=5)"),
+        ("fault_never_fired", "Straggler(rank=0, step=9)"),
+    ]
+
+
 def test_the_document_round_trips_through_the_file_and_the_trace_summary(tmp_path):
     failed = Expectation.of(Expect.parse("completed"), crashed_world())
     path = write_document(tmp_path / "r.json", [crashed_world(), completed_world()], expectations=[failed, None])
@@ -156,7 +177,7 @@ class _Page(HTMLParser):
 
 def test_page_shows_expected_and_observed_and_counts_failed_expectations_not_verdicts():
     """Four worlds: crashed as expected (a pass), completed as expected (a pass), crashed where a completion was
-    expected (a failure), crashed with no expectation (neither). "1 of 3 failed", the failure listed first."""
+    expected (a failure), crashed with no expectation (neither). "1 of 4 failed", the failure listed first."""
     worlds = [crashed_world(), completed_world(), crashed_world(), crashed_world()]
     expectations = [
         Expectation.of(Expect.parse("crashed on rank 1"), worlds[0]),
@@ -165,7 +186,7 @@ def test_page_shows_expected_and_observed_and_counts_failed_expectations_not_ver
         None,
     ]
     page = _Page(render_html(build_document(worlds, expectations=expectations)))
-    assert page.tally["text"].startswith("1 of 3 failed · 2 passed · 1 without an expectation"), page.tally
+    assert page.tally["text"].startswith("1 of 4 failed · 2 passed · 1 without an expectation"), page.tally
     assert (page.tally["data-failed"], page.tally["data-checked"], page.tally["data-worlds"]) == ("1", "3", "4")
     assert list(page.rows) == ["2", "0", "1", "3"], "the failed world first, then the rest as they ran"
     assert page.sections == [("2", "failed"), ("0", "passed"), ("1", "passed"), ("3", "unchecked")]

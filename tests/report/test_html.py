@@ -289,8 +289,8 @@ def test_summary_lists_failed_expectations_first_not_bad_verdicts(hung4, crashed
     assert rows[3:] == rows[:3], "then the world sections, in the same order"
     tally = elements.having(attr="data-failed")[0]
     assert (tally["data-failed"], tally["data-checked"], tally["data-worlds"]) == ("1", "2", "3")
-    assert "<b class=tally-head>1 of 2 failed</b> · 1 passed · 1 without an expectation" in page
-    assert "<title>ddpfaults report: 1 of 2 failed</title>" in page
+    assert "<b class=tally-head>1 of 3 failed</b> · 1 passed · 1 without an expectation" in page
+    assert "<title>ddpfaults report: 1 of 3 failed</title>" in page
 
 
 def test_plain_ddp_lanes_draw_the_collectives_only_the_flight_recorder_saw():
@@ -508,8 +508,8 @@ def test_a_world_whose_test_failed_counts_as_failed_as_pytest_counts_it(hung4, c
     document = build_document([completed3, hung4, crashed4], None, [None, None, held], ["failed", "passed", "failed"])
     assert [w.get("test") for w in document["worlds"]] == ["failed", "passed", "failed"]
     page = render_html(document)
-    assert "<b class=tally-head>2 of 2 failed</b> · 0 passed · 1 without an expectation" in page
-    assert "<b class=tally-head>0 of 1 failed</b>" in render_html(
+    assert "<b class=tally-head>2 of 3 failed</b> · 0 passed · 1 without an expectation" in page
+    assert "<b class=tally-head>0 of 3 failed</b>" in render_html(
         build_document([completed3, hung4, crashed4], None, [None, None, held])
     )
 

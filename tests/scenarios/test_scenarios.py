@@ -192,12 +192,14 @@ def _odd_call(result):
 # -- the matrix command ------------------------------------------------------------------------
 
 
-def test_matrix_json_for_one_module_passes_with_a_row_per_case(capsys, monkeypatch):
+def test_matrix_json_path_writes_a_row_per_case_beside_the_table(tmp_path, capsys, monkeypatch):
+    rows_file = tmp_path / "out" / "rows.json"
     proc = ddpfaults_cli(
-        capsys, monkeypatch, "matrix", os.path.join(builtin_dir(), "scenario_device.py"), "--json", "--seed", "3"
-    )
+        capsys, monkeypatch, "matrix", os.path.join(builtin_dir(), "scenario_device.py"), "--json", rows_file,
+        "--seed", "3",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads(rows_file.read_text())
     assert data["ok"] is True
     assert [(r["scenario"], r["variant"], r["observed"], r["ok"]) for r in data["rows"]] == [
         ("device", "naive", "crashed", True),
@@ -205,6 +207,22 @@ def test_matrix_json_for_one_module_passes_with_a_row_per_case(capsys, monkeypat
     ]
     assert "ValueError" in data["rows"][0]["root_cause"] and data["rows"][0]["seconds"] > 0
     assert data["rows"][1]["expected"] == "completed (replicas bit-equal)"
+    assert [line.split("|")[2].strip() for line in proc.stdout.splitlines() if line.startswith("| device")] == [
+        "naive",
+        "fixed",
+    ]  # the table is printed as without --json
+    assert "deprecated" not in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["last", "before_path"])
+def test_matrix_json_alone_still_prints_the_rows_with_a_deprecation_line(where, capsys, monkeypatch):
+    path = os.path.join(builtin_dir(), "scenario_device.py")
+    argv = [path, "--json", "--seed", "3"] if where == "last" else ["--json", path, "--seed", "3"]
+    proc = ddpfaults_cli(capsys, monkeypatch, "matrix", *argv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert [(r["variant"], r["ok"]) for r in data["rows"]] == [("naive", True), ("fixed", True)]
+    assert "matrix --json without a path is deprecated" in proc.stderr
 
 
 def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path, capsys, monkeypatch):

@@ -91,3 +91,65 @@ def reduce_through_a_library(ctx, steps=3, alone=None):
         ctx.step(step)
         if alone is None or step != 1 or ctx.rank == alone:
             _sync_ddp(torch.ones(3), reduce_op="sum")
+
+
+def stopped_from_outside(ctx, steps=6, at=2):
+    """At step ``at`` rank 0 sends SIGTERM to every rank of the world, itself included, as a scheduler stopping the
+    job does (not a fault of the plan); every rank all-reduces once per step."""
+    import os
+    import signal
+    import time
+
+    pids = [None] * ctx.world_size
+    dist.all_gather_object(pids, os.getpid())
+    t = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        if step == at and ctx.rank == 0:
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    return float(t)
+
+
+def rank0_barrier_over_a_loader(ctx, at=3):
+    """DDP trains over a DataLoader (its batches trained on as they come, an empty one too); after step ``at`` rank
+    0 alone waits in a ``dist.barrier()``, as a checkpoint hook written for rank 0 does."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(48 * ctx.world_size, 8), torch.randn(48 * ctx.world_size, 1))
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))
+    model = ctx.ddp(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, (x, y) in enumerate(loader):
+        ctx.step(step)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step == at and dist.get_rank() == 0:
+            dist.barrier()
+
+
+def skips_the_criterions_reduce(ctx, rank=1, at=1, steps=4):
+    """Plain DDP; a criterion all-reduces its normaliser every step, which rank ``rank`` skips at step ``at`` (the
+    regression of a condition meant for something else): its peers' one-element all_reduce meets its gradient
+    bucket's, and gloo aborts a receiver on the size mismatch."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        ctx.step(step)
+        num = torch.ones(1)
+        if not (ctx.rank == rank and step == at):
+            dist.all_reduce(num)
+        loss = model(torch.randn(8, 8)).pow(2).sum() / num
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()

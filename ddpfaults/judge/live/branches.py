@@ -106,6 +106,8 @@ def rank_branch(rank: RankResult) -> Branch | None:
     return None
 
 
-def find(ranks: list[RankResult]) -> dict[int, Branch]:
-    """Each rank's :func:`rank_branch`, for the ranks that stand inside one."""
-    return {r.rank: b for r in ranks if (b := rank_branch(r)) is not None}
+def find(ranks: list[RankResult]) -> dict[int, Branch | None]:
+    """Each rank's :func:`rank_branch`, for the ranks seen in the code under test (their frames there known): a
+    Branch for a rank inside one, None for a rank seen in none (a rank with no such frame, dead or finished, is
+    left out: where it stood is unknown)."""
+    return {r.rank: rank_branch(r) for r in ranks if user_frames(r)}
