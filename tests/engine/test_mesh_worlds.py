@@ -28,3 +28,25 @@ def test_a_function_set_up_by_init_device_mesh_completes(world_size):
     result = run_world(meshfns.mesh_only, world_size=world_size)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.values == [float(world_size**3)] * world_size
+
+
+GROUPS = os.path.join(SCRIPTS, "groups_four_ways.py")
+WAYS = ["new_group_timeout", "members_only", "mesh", "nn_functional"]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("way", WAYS)
+def test_groups_made_the_ways_real_code_makes_them_show_no_divergence(world_size, way):
+    """A group is its members, not torch's per-process name: a completed world whose groups were made any of these
+    ways reports no divergent collective."""
+    result = run_script(GROUPS, ["--way", way], world_size=world_size)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert result.divergence is None and result.desync is None, result.report()
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_rank_skipping_an_all_reduce_of_its_tp_group_is_named(way):
+    """Rank 3 skips step 2's all_reduce of its tp group (ranks 2, 3): it departs from what it did at every earlier
+    step, while rank 2 keeps to its own."""
+    result = run_script(GROUPS, ["--way", way, "--skip-rank", "3"], world_size=4, stall=2)
+    assert result.outcome in (Outcome.HUNG, Outcome.CRASHED) and result.root_rank == 3, result.report()
