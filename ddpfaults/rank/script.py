@@ -19,11 +19,10 @@ import runpy
 import sys
 from dataclasses import dataclass
 
-import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from ddpfaults.errors import ScriptError
-from ddpfaults.rank import context, preempt, running, seams
+from ddpfaults.rank import context, preempt, running, seams, torch_private
 
 LOOPBACK = "127.0.0.1"
 
@@ -89,7 +88,7 @@ class _StderrTail:
         return getattr(self._stream, name)
 
 
-_initialised = False  # the script's init_process_group returned in this process
+_initialised = False  # c10d set a default process group in this process (the script's, however it made it)
 _attempt_store = None  # under a real torchrun: the store an env:// process group gets (see use_store)
 
 
@@ -120,7 +119,6 @@ def _with_attempt_store(original, args: tuple, kwargs: dict) -> tuple[tuple, dic
 def _traced_init(original):
     @functools.wraps(original)
     def init_process_group(*args, **kwargs):
-        global _initialised
         ctx = running.current()
         if ctx is None:
             return original(*args, **kwargs)
@@ -128,19 +126,37 @@ def _traced_init(original):
         args, kwargs = _with_attempt_store(original, args, kwargs)
         original(*args, **kwargs)
         ctx._exit(seq)
-        _initialised = True
         seams.process_group_ready(ctx)
 
     init_process_group.__ddpfaults_original__ = original
     return init_process_group
 
 
+def _default_group_set(group) -> None:
+    """c10d set the default process group (:func:`~ddpfaults.rank.torch_private.on_default_group`): the script is
+    distributed, however it made the group."""
+    global _initialised
+    if group is None:
+        return
+    _initialised = True
+    ctx = running.current()
+    if ctx is not None:
+        seams.process_group_ready(ctx)
+
+
 def _trace_init() -> None:
+    """Trace the script's ``init_process_group`` as its wait on its peers, by every reference to it: c10d's and
+    torch.distributed's, and the ones modules bound at their import (``torch.distributed.device_mesh``'s, which
+    ``init_device_mesh`` calls; a library's). Whether the script became distributed is heard where c10d sets its
+    default group, whatever made it."""
     original = c10d.init_process_group
     if hasattr(original, "__ddpfaults_original__"):
         return
     traced = _traced_init(original)
-    c10d.init_process_group = dist.init_process_group = traced
+    for module in list(sys.modules.values()):
+        if getattr(module, "__dict__", {}).get("init_process_group") is original:
+            module.init_process_group = traced
+    torch_private.on_default_group(_default_group_set)
 
 
 def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
@@ -171,5 +187,6 @@ def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
     if not _initialised:
         raise ScriptError(
             f"{target.name} ended on rank {ctx.rank} without initialising a process group "
-            f"(torch.distributed.init_process_group was never called): it tested nothing distributed"
+            f"(c10d never set a default group: neither init_process_group nor init_device_mesh ran): it tested nothing "
+            f"distributed"
         )

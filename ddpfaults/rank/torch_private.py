@@ -1,12 +1,12 @@
 """Every use of torch's private API, in one place: what a torch upgrade may break, and where to look when it does.
 
 torch offers no public way to do any of these: read the default process group or the registry of groups
-(``c10d._world``), dump the flight recorder (``torch._C._distributed_c10d._dump_fr_trace``) or empty it (torch
-2.15's ``_reset_fr_trace``; before it, its C++ ``reset_all``, hidden in libtorch_cpu: found by
-:mod:`ddpfaults.rank.native` in its symbol table), queue a callback at the end of a backward pass (the autograd
-engine's ``queue_callback``), read where torch.compile keeps its cache, or import Dynamo ahead of time. Each
-function says what it gives; callers keep their fallbacks (a function here raising, or returning None, means: not
-on this torch).
+(``c10d._world``), hear when the default group is set (``c10d._World.default_pg``'s setter), dump the flight
+recorder (``torch._C._distributed_c10d._dump_fr_trace``) or empty it (torch 2.15's ``_reset_fr_trace``; before it,
+its C++ ``reset_all``, hidden in libtorch_cpu: found by :mod:`ddpfaults.rank.native` in its symbol table), queue a
+callback at the end of a backward pass (the autograd engine's ``queue_callback``), read where torch.compile keeps its
+cache, or import Dynamo ahead of time. Each function says what it gives; callers keep their fallbacks (a function
+here raising, or returning None, means: not on this torch).
 """
 
 from __future__ import annotations
@@ -34,6 +34,30 @@ def groups():
     """torch's registry of this process's process groups: ``pg_map``, ``pg_names``, ``pg_group_ranks``,
     ``default_pg``."""
     return c10d._world
+
+
+def on_default_group(callback) -> None:
+    """Call ``callback(group)`` whenever c10d sets this process's default process group (``None`` when it is
+    destroyed), however it was made: ``init_process_group``, ``init_device_mesh`` (which calls c10d's function
+    through its own reference, bound at its import), a library holding another reference. The one chokepoint is the
+    setter of ``c10d._World.default_pg``, through which ``init_process_group``, ``destroy_process_group`` and
+    ``_update_default_pg`` all go (torch 2.8 to 2.15). Installed once per process; later calls add callbacks."""
+    _DEFAULT_GROUP_CALLBACKS.append(callback)
+    prop = c10d._World.__dict__.get("default_pg")
+    if not isinstance(prop, property) or getattr(prop.fset, "__ddpfaults_original__", None) is not None:
+        return
+    original = prop.fset
+
+    def default_pg(self, value):
+        original(self, value)
+        for call in list(_DEFAULT_GROUP_CALLBACKS):
+            call(value)
+
+    default_pg.__ddpfaults_original__ = original
+    c10d._World.default_pg = prop.setter(default_pg)
+
+
+_DEFAULT_GROUP_CALLBACKS: list = []
 
 
 def flight_record(collectives: bool = True, stacks: bool = True, only_active: bool = False) -> dict:
