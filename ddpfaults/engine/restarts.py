@@ -19,6 +19,7 @@ from ddpfaults import engine
 from ddpfaults.errors import FaultError
 from ddpfaults.expect import require_faults_fired
 from ddpfaults.faults import Plan
+from ddpfaults.judge.causes import torn_file
 from ddpfaults.judge.checks import resume
 from ddpfaults.judge.results import Outcome, UnfiredFault, WorldResult
 
@@ -82,13 +83,29 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
     attempt; faults of attempts never run are unfired with no chance. Its ``preemption`` is the world's: the last
     attempt's that was preempted (each attempt's own stays in ``attempts``)."""
     unfired = [u for k, r in enumerate(results) for u in own_unfired(r, plan, k)]
-    return results[-1].assembled(
+    last = _torn_before(results, plan)
+    return last.assembled(
         attempts=[summary(r, k) for k, r in enumerate(results)],
         resume_records=[r.resume_records for r in results],
         unfired=unfired + [UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)],
         fired=[f for r in results for f in r.fired],
         preemption=next((r.preemption for r in reversed(results) if r.preemption is not None), None),
     )
+
+
+def _torn_before(results: list[WorldResult], plan: Plan) -> WorldResult:
+    """The last attempt's result, its root cause the writer of a file an earlier attempt tore when the last one
+    failed reading it (every rank's ``CheckpointException`` names the ranks whose reads failed, not the writer),
+    and nothing else explained its end."""
+    last = results[-1]
+    if last.cause is not None or last.outcome == Outcome.COMPLETED:
+        return last
+    for attempt in range(len(results) - 2, -1, -1):
+        before = tuple(f for r in results[attempt].ranks for f in r.fired)
+        cause = torn_file(last.ranks, plan, before=before, attempt=attempt)
+        if cause is not None:
+            return last.assembled(cause=cause, root_rank=cause.culprit, root_cause=cause.describe())
+    return last
 
 
 def own_unfired(result: WorldResult, plan: Plan, attempt: int) -> list[UnfiredFault]:

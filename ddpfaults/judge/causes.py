@@ -36,10 +36,13 @@ def _named(rank: RankResult) -> list:
     return next((e.get("names") or [] for e in rank.events if e.get("k") == "failed"), [])
 
 
-def torn_file(ranks: list[RankResult], plan=()) -> Cause | None:
+def torn_file(ranks: list[RankResult], plan=(), *, before: tuple = (), attempt: int | None = None) -> Cause | None:
     """The torn file's writer, when a fault of ``plan`` that leaves one fired and a failed rank's exception names
-    the ranks whose checkpoint reads failed."""
-    torn = [f for r in ranks for f in r.fired if f.index < len(plan) and plan[f.index].leaves_torn_file]
+    the ranks whose checkpoint reads failed. ``before``: the faults that fired in an earlier attempt of a restarted
+    world (``attempt``: which), whose torn file this attempt may have read (they are the evidence then, not the
+    ranks' own)."""
+    fired = before or [f for r in ranks for f in r.fired]
+    torn = [f for f in fired if f.index < len(plan) and plan[f.index].leaves_torn_file]
     readers = [r for r in ranks if RankState(r.state) in _FAILED and _named(r)]
     if not torn or not readers:
         return None
@@ -53,7 +56,7 @@ def torn_file(ranks: list[RankResult], plan=()) -> Cause | None:
         error=f"the checkpoint load's exception {failed} raised names {format_ranks(_named(readers[0]))} as failed",
         step=first.step,
         fault=first.fault,
-        how=first.how,
+        how=first.how if attempt is None else f"in attempt {attempt}, before the restart: {first.how}",
     )
 
 

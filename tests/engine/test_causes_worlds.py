@@ -8,9 +8,10 @@ import os
 import pytest
 
 import causefns
+import restartfns
 from causefns import adamw_dcp_round_trip, gpu_call_on_cpu, rank0_only, reduce_through_a_library, skips_then_makes_up
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.faults import EmptyBatch, Preempt, SkippedCollective, TornDcpWrite, UnevenInputs
+from ddpfaults.faults import EmptyBatch, Preempt, RankKilled, SkippedCollective, TornDcpWrite, UnevenInputs
 from ddpfaults.judge.results import WorldResult
 from rankfns import all_reduce_steps, ddp_steps, split_train
 
@@ -105,6 +106,29 @@ def test_a_torn_adamw_shard_names_its_writer_not_the_first_rank_the_checkpoint_e
         assert all("CheckpointException" in r.error for r in result.ranks), result.report()
         assert result.root_cause.startswith(f"rank {writer} wrote a torn file at step {step} (TornDcpWrite(")
         assert f"tore __{writer}_0.distcp to" in result.root_cause, result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_a_file_torn_before_a_restart_names_its_writer_when_the_restarted_ranks_fail_to_load_it(
+    world_size, form, tmp_path
+):
+    """Rank 1's DCP shard of step 3's checkpoint is torn at step 2 in attempt 0; rank 0 is killed at step 3, the
+    world restarts, and every rank of attempt 1 raises CheckpointException loading it. The writer of the torn file is
+    the cause (it read "rank 0 raised CheckpointException: ... ranks: dict_keys([0, 1])")."""
+    faults = [TornDcpWrite(writer=1, step=2), RankKilled(rank=0, step=3)]
+    if form == "function":
+        kwargs = {"directory": str(tmp_path)}
+        result = run_world(restartfns.dcp_in, world_size=world_size, kwargs=kwargs, faults=faults, max_restarts=1)
+    else:
+        script = os.path.join(SCRIPTS, "dcp_resume.py")
+        result = run_script(script, ["--dir", str(tmp_path)], world_size=world_size, faults=faults, max_restarts=1)
+    assert result.outcome == Outcome.CRASHED and len(result.attempts) == 2, result.report()
+    assert all("CheckpointException" in (r.error or "") for r in result.ranks), result.report()
+    assert result.root_rank == 1 and result.cause.kind == "torn_file", result.report()
+    assert result.root_cause.startswith(
+        "rank 1 wrote a torn file at step 2 (TornDcpWrite(writer=1, step=2): in attempt 0"
+    )
 
 
 RANK0_ONLY = os.path.join(SCRIPTS, "rank0_only.py")

@@ -166,6 +166,17 @@ def test_a_torn_file_names_its_writer_not_the_first_rank_the_checkpoint_exceptio
     assert torn_file(ranks, other) is None
 
 
+def test_a_file_an_earlier_attempt_tore_names_its_writer_from_that_attempts_record():
+    plan = [TornDcpWrite(writer=1, step=2), RankCrash(rank=0, step=3)]
+    tore = FiredFault(0, repr(plan[0]), 1, 2, "tore __1_0.distcp to 100 of 200 bytes", effect="checkpoint")
+    failed = {"k": "failed", "names": [0, 1]}
+    restarted = [raised(r, error=CHECKPOINT, step=3, events=[failed]) for r in range(2)]  # nothing fired in it
+    assert torn_file(restarted, plan) is None
+    cause = torn_file(restarted, plan, before=(tore,), attempt=0)
+    assert (cause.kind, cause.culprit, cause.step) == ("torn_file", 1, 2)
+    assert "in attempt 0, before the restart: tore __1_0.distcp" in cause.describe()
+
+
 def test_a_cause_round_trips_through_the_report_document():
     cause = Cause("common_error", ranks=(0, 1), error=CUDA, site="train.py:89 in main", step=0, unreached=(2,))
     world = WorldResult(Outcome.CRASHED, [raised(0), raised(1)], cause.describe(), None, "ended", 1.0, cause=cause)
