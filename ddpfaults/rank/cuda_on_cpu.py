@@ -9,14 +9,16 @@ small model's step, since it sees every op; these patches see only the calls tha
   ``set_device``/``current_device``/``device(i)`` keep an index; ``synchronize``, ``empty_cache``, the memory
   statistics (zero), seeding (the CPU generator draws every number) and the RNG state (the CPU's) are harmless.
 - Devices: ``device="cuda…"`` (or a bare index) of torch's factory functions and ``Tensor.new_*``,
-  ``Tensor.to``/``.cuda()`` (a copy, as a move to a GPU is), ``Module.to``/``.cuda()``, ``torch.load``'s
+  ``Tensor.to``/``.cuda()`` (a copy, as a move to a GPU is), ``Module.to``/``.cuda()`` (a bare index too),
+  ``torch.load``'s
   ``map_location`` give the CPU; ``pin_memory`` is a no-op.
 - ``DistributedDataParallel``: ``device_ids``/``output_device`` are dropped for its CPU module (before faults
   act: ``DeviceMismatch`` still hands the module an accelerator's index, which DDP refuses as without the mapping).
 - ``init_process_group``/``new_group``/``new_subgroups``: ``nccl`` runs on gloo; ``device_id`` is dropped;
   ``init_device_mesh("cuda", …)`` is a CPU mesh; ``barrier(device_ids=…)`` a plain barrier.
-- ``torch.accelerator`` names no accelerator, as on a CPU build of torch (on a CUDA build, torch's own checks would
-  reach the CUDA runtime through it).
+- ``torch.accelerator`` names the mapped CUDA device (``is_available()`` True, ``device_count()`` the local world
+  size, the index and memory calls as ``torch.cuda``'s, ``current_stream()`` the CPU's synchronous order);
+  ``torch.get_device_module()`` is ``torch.cuda``.
 - ``autocast("cuda")`` is off (fp32 on the CPU: CPU bf16 autocast measured 2.3-4.8x slower, fp16 4-10x, on a
   two-layer MLP; docs/scripts.md) and ``GradScaler("cuda")`` is the CPU's GradScaler (it scales and unscales).
 
@@ -81,7 +83,7 @@ def install(local_world_size: int) -> None:
     _state["count"] = local_world_size
     _devices()
     _cuda_functions()
-    _no_accelerator()
+    _accelerator()
     nccl_on_gloo.install()
     _amp()
     _extensions()
@@ -112,6 +114,18 @@ def _to(original):
             kwargs["device"], moved = CPU, True
         result = original(self, *args, **kwargs)
         return result.clone() if moved and result is self else result  # a move to a GPU makes a copy
+
+    return to
+
+
+def _module_to(original):
+    @functools.wraps(original)
+    def to(self, *args, **kwargs):
+        if args and maps(args[0]):
+            args = (CPU, *args[1:])  # Module.to(local_rank): torch reads a bare index as the accelerator's
+        if maps(kwargs.get("device")):
+            kwargs["device"] = CPU
+        return original(self, *args, **kwargs)
 
     return to
 
@@ -158,6 +172,7 @@ def _devices() -> None:
     for name in TENSOR_FACTORIES:
         setattr(torch.Tensor, name, _device_kwargs(getattr(torch.Tensor, name)))
     torch.Tensor.to = _to(torch.Tensor.to)
+    torch.nn.Module.to = _module_to(torch.nn.Module.to)
     torch.Tensor.cuda = _cuda
     torch.Tensor.pin_memory = _pin_memory
     torch.Tensor.type = _tensor_type(torch.Tensor.type)
@@ -167,12 +182,78 @@ def _devices() -> None:
     torch.load = torch.serialization.load = _load(torch.serialization.load)
 
 
-def _no_accelerator() -> None:
-    """``torch.accelerator`` names none, as on a CPU build of torch: on a CUDA build it names CUDA, and the
-    optimizer's graph-capture check (torch 2.15: ``Optimizer._accelerator_graph_capture_health_check``) then asks
-    the CUDA runtime for its current stream ("CUDA driver version is insufficient" on a machine with no GPU)."""
-    if hasattr(torch, "accelerator"):
-        torch.accelerator.current_accelerator = lambda check_available=False: None
+class _SyncStream:
+    """The stream ``torch.accelerator.current_stream()`` gives under the mapping: the CPU's one synchronous order
+    (work is done when the call returns), never capturing a graph (the optimizers' graph-capture check asks)."""
+
+    device = CPU
+
+    def is_capturing(self) -> bool:
+        """False: nothing captures a CUDA graph on the CPU."""
+        return False
+
+    def query(self) -> bool:
+        """True: work on the CPU is done when its call returns."""
+        return True
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
+
+
+def _accelerator() -> None:
+    """``torch.accelerator`` names the (mapped) CUDA device, as on a machine with one GPU per local rank: scripts
+    that check ``is_available()``/``device_count()`` first (pytorch/examples' FSDP2, tensor parallelism, minGPT) take
+    their GPU path. Its index and memory calls answer as ``torch.cuda``'s do; ``current_stream()`` is the CPU's
+    synchronous order, so the optimizers' graph-capture check (``Optimizer._accelerator_graph_capture_health_check``)
+    finds no capture without reaching a CUDA runtime. torch's own C-level choice of accelerator
+    (``torch._C._get_accelerator``: FSDP2's default mesh, ``barrier``'s device) stays the CPU."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:  # torch < 2.6
+        return
+    cuda = torch.device("cuda")
+    stream = _SyncStream()
+    nothing = lambda *args, **kwargs: None  # noqa: E731
+    zero = lambda *args, **kwargs: 0  # noqa: E731
+    mapped = {
+        "is_available": lambda: True,
+        "current_accelerator": lambda check_available=False: cuda,
+        "device_count": lambda: _state["count"],
+        "set_device_index": _set_device,
+        "set_device_idx": _set_device,
+        "current_device_index": lambda: _state["current"],
+        "current_device_idx": lambda: _state["current"],
+        "device_index": _DeviceContext,
+        "synchronize": nothing,
+        "current_stream": lambda device=None: stream,
+        "empty_cache": nothing,
+        "empty_host_cache": nothing,
+        "memory_stats": lambda *args, **kwargs: {},
+        "get_memory_info": _mem_get_info,
+        "reset_accumulated_memory_stats": nothing,
+        "reset_peak_memory_stats": nothing,
+    }
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        mapped[name] = zero
+    for name, body in mapped.items():
+        if hasattr(accelerator, name):
+            setattr(
+                accelerator, name, body if isinstance(body, type) else _own_function(name, body, "torch.accelerator")
+            )
+    for name in ("set_stream", "Graph"):
+        if hasattr(accelerator, name):
+            is_class = inspect.isclass(getattr(accelerator, name))
+            setattr(
+                accelerator,
+                name,
+                (refusing_class if is_class else refusing)(f"accelerator.{name}", REFUSED["set_stream"]),
+            )
+    original = torch.get_device_module
+
+    @functools.wraps(original)
+    def get_device_module(device=None):
+        return torch.cuda if device is None else original(device)
+
+    torch.get_device_module = get_device_module
 
 
 # -- torch.cuda -----------------------------------------------------------------------------------------------------
@@ -217,14 +298,14 @@ def _mem_get_info(device=None) -> tuple[int, int]:
     return memory.available, memory.total
 
 
-def _own_function(name: str, body):
-    """``body`` as a function of its own named ``torch.cuda.name``: torch._dynamo's rules map torch's functions by
+def _own_function(name: str, body, module: str = "torch.cuda"):
+    """``body`` as a function of its own named ``module.name``: torch._dynamo's rules map torch's functions by
     identity, and refuse to import when one object stands under two names with different rules."""
 
     def mapped(*args, **kwargs):
         return body(*args, **kwargs)
 
-    mapped.__name__, mapped.__qualname__, mapped.__module__ = name, name, "torch.cuda"
+    mapped.__name__, mapped.__qualname__, mapped.__module__ = name, name, module
     return mapped
 
 

@@ -141,3 +141,16 @@ def test_a_rank_function_written_for_gpus_restarts_on_a_warm_standby_world():
     assert result.outcome == Outcome.COMPLETED and len(result.attempts) == 2, result.report()
     assert result.attempts[1]["warm"], result.report()
     assert result.values == [("cpu", 2), ("cpu", 2)]
+
+
+ACCELERATOR_TRAIN = os.path.join(SCRIPTS, "accelerator_train.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_trainer_written_through_torch_accelerator_completes_with_equal_replicas(world_size):
+    """torch.accelerator's check, set_device_index, get_default_backend_for_device, device_id, Module.to(int),
+    device_ids, AdamW and synchronize (it exited "Unable to locate an accelerator": torch.accelerator named none)."""
+    result = run_script(ACCELERATOR_TRAIN, world_size=world_size, cuda_on_cpu=True)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    sums = {r.output.strip().splitlines()[-1] for r in result.ranks}
+    assert len(sums) == 1 and next(iter(sums)).startswith("weight sum"), result.report()

@@ -149,14 +149,15 @@ def test_device_mismatch_and_uneven_inputs_act_at_the_seams():
         ("no_process_group", Outcome.CRASHED, "without initialising a process group"),
         ("init_twice", Outcome.CRASHED, "trying to initialize the default process group twice"),
         ("exit_status", Outcome.CRASHED, "exited with status 3: giving up: bad configuration"),
+        ("exit_message", Outcome.CRASHED, "exited by its own choice: Unable to locate sufficient gpus to run this"),
     ],
 )
 def test_misbehaving_scripts_get_a_verdict_naming_the_cause(what, outcome, expected):
     result = run_script(BAD, [what], world_size=2, timeout=60)
     assert result.outcome == outcome, result.report()
     assert expected in result.root_cause, result.report()
-    if what == "raise_at_import":
-        assert result.ranks[0].site.startswith("bad_scripts.py:")
+    if what in ("raise_at_import", "exit_message"):  # the script's line, never ddpfaults' own
+        assert result.ranks[0].site.startswith("bad_scripts.py:") and "bad_scripts.py:" in result.root_cause
     _no_survivors(result)
 
 

@@ -39,9 +39,14 @@ def test_every_way_of_naming_a_cuda_device_gives_the_cpu(seen):
     assert seen["is_cuda"] is False
 
 
-def test_torch_accelerator_names_none_as_on_a_cpu_build(seen):
-    # on a CUDA build torch.accelerator names CUDA: the optimizer's graph-capture check then reached the CUDA runtime
-    assert seen["accelerator"] == ["None", False]
+def test_torch_accelerator_names_the_mapped_cuda_device_as_on_one_gpu_per_local_rank(seen):
+    """Scripts that check torch.accelerator first (pytorch/examples' FSDP2, tensor parallelism) take their GPU path;
+    the optimizers' graph-capture check finds the CPU's synchronous stream, never a CUDA runtime."""
+    assert seen["accelerator"] == ["cuda", True]
+    assert seen["accelerator_index"] == [4, 3, 1]
+    assert seen["accelerator_stream_capturing"] is False and seen["device_module"] is True
+    assert seen["module_to_index"] == "cpu" and seen["tensor_to_index"] == "cpu"
+    assert seen["adamw_stepped"] == 1.0
 
 
 def test_a_move_to_cuda_copies_as_on_a_gpu_and_pinning_is_a_no_op(seen):

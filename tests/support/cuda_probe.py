@@ -52,6 +52,20 @@ seen["copies"] = {"cuda_copies": x.sum().item() == 0 and moved.sum().item() == 3
 seen["pin_memory_is_self"] = pinned is x
 seen["is_cuda"] = moved.is_cuda
 seen["accelerator"] = [str(torch.accelerator.current_accelerator()), torch.accelerator.is_available()]
+torch.accelerator.set_device_index(1)
+with torch.accelerator.device_index(3):
+    inside = torch.accelerator.current_device_index()
+seen["accelerator_index"] = [torch.accelerator.device_count(), inside, torch.accelerator.current_device_index()]
+torch.accelerator.synchronize()
+seen["accelerator_stream_capturing"] = torch.accelerator.current_stream().is_capturing()
+seen["device_module"] = torch.get_device_module() is torch.cuda
+seen["module_to_index"] = str(torch.nn.Linear(2, 2).to(1).weight.device)
+seen["tensor_to_index"] = str(torch.ones(1).to(0).device)
+model = torch.nn.Linear(2, 1).to(1)
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.ones(1, 2, device=1)).sum().backward()
+optimizer.step()  # the graph-capture check asks torch.accelerator for its current stream
+seen["adamw_stepped"] = optimizer.state[model.weight]["step"].item()
 seen["cpu_to_cpu_is_self"] = x.to("cpu") is x
 buffer = io.BytesIO()
 torch.save({"w": torch.ones(2)}, buffer)
