@@ -36,7 +36,7 @@ import inspect
 import torch
 
 from ddpfaults.rank import nccl_on_gloo
-from ddpfaults.rank.cuda_calls import CPU, OPTION, maps, refuse, refusing, refusing_class
+from ddpfaults.rank.cuda_calls import CENSUS, CPU, OPTION, maps, marked, refuse, refusing, refusing_class
 from ddpfaults.rank.on_import import patch_on_import
 
 #: torch's functions that take ``device=`` (factories): the keyword is mapped, ``pin_memory=True`` dropped
@@ -50,17 +50,15 @@ TENSOR_FACTORIES = ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_ful
 
 #: what each refused ``torch.cuda`` name is, for the error
 _STREAMS = "CUDA streams and events order work on a GPU; the CPU has no such semantics"
+_GRAPHS = "CUDA graphs replay GPU kernels"
+_CAPABILITY = "code chooses its kernels and dtypes by the capability: any answer would change what is trained"
 REFUSED = {
     **dict.fromkeys(
         ("Stream", "ExternalStream", "Event", "stream", "StreamContext", "current_stream", "default_stream"), _STREAMS
     ),
     "set_stream": _STREAMS,
-    **dict.fromkeys(
-        ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"), "CUDA graphs replay GPU kernels"
-    ),
-    **dict.fromkeys(
-        ("get_device_properties", "get_device_capability"), "the CPU has no GPU properties to report truthfully"
-    ),
+    **dict.fromkeys(("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"), _GRAPHS),
+    "get_device_capability": _CAPABILITY,
 }
 #: ``torch.cuda`` functions mapped by :func:`_cuda_functions` (every other public function is refused)
 _UNMAPPED_REASON = "it has no CPU meaning ddpfaults can give it"
@@ -170,13 +168,18 @@ def _devices() -> None:
         if hasattr(torch, name):
             setattr(torch, name, _device_kwargs(getattr(torch, name)))
     for name in TENSOR_FACTORIES:
-        setattr(torch.Tensor, name, _device_kwargs(getattr(torch.Tensor, name)))
-    torch.Tensor.to = _to(torch.Tensor.to)
-    torch.nn.Module.to = _module_to(torch.nn.Module.to)
-    torch.Tensor.cuda = _cuda
-    torch.Tensor.pin_memory = _pin_memory
-    torch.Tensor.type = _tensor_type(torch.Tensor.type)
-    torch.Tensor.record_stream = lambda self, stream: refuse("Tensor.record_stream", _STREAMS)
+        wrapped = _device_kwargs(getattr(torch.Tensor, name))
+        setattr(torch.Tensor, name, marked(wrapped, "mapped", "device='cuda…' (or an index) gives the CPU"))
+    torch.Tensor.to = marked(_to(torch.Tensor.to), "mapped", "a CPU copy (for 'cuda…', an index, a CUDA device)")
+    torch.nn.Module.to = marked(_module_to(torch.nn.Module.to), "mapped", "the CPU (for 'cuda…', an index)")
+    marked(torch.nn.Module.cuda, "mapped", "the CPU (each tensor's .cuda() is a CPU copy)")
+    marked(torch.nn.Module.to_empty, "mapped", "the CPU (its device= is mapped in torch.empty_like)")
+    torch.Tensor.cuda = marked(_cuda, "mapped", "a CPU copy, as a move to a GPU copies")
+    torch.Tensor.pin_memory = marked(_pin_memory, "mapped", "the tensor itself: nothing to pin for")
+    torch.Tensor.type = marked(_tensor_type(torch.Tensor.type), "mapped", "'torch.cuda.XTensor' gives the CPU type")
+    torch.Tensor.record_stream = marked(
+        lambda self, stream: refuse("Tensor.record_stream", _STREAMS), "refused", _STREAMS
+    )
     torch.UntypedStorage.cuda = _storage_cuda
     torch.TypedStorage.cuda = _storage_cuda
     torch.load = torch.serialization.load = _load(torch.serialization.load)
@@ -212,8 +215,7 @@ def _accelerator() -> None:
         return
     cuda = torch.device("cuda")
     stream = _SyncStream()
-    nothing = lambda *args, **kwargs: None  # noqa: E731
-    zero = lambda *args, **kwargs: 0  # noqa: E731
+    nothing, zero = _nothing, _zero
     mapped = {
         "is_available": lambda: True,
         "current_accelerator": lambda check_available=False: cuda,
@@ -236,17 +238,12 @@ def _accelerator() -> None:
         mapped[name] = zero
     for name, body in mapped.items():
         if hasattr(accelerator, name):
-            setattr(
-                accelerator, name, body if isinstance(body, type) else _own_function(name, body, "torch.accelerator")
-            )
-    for name in ("set_stream", "Graph"):
+            stand_in = body if isinstance(body, type) else _own_function(name, body, "torch.accelerator")
+            setattr(accelerator, name, marked(stand_in, "mapped", _SAID.get(name) or _said(body)))
+    for name, reason in (("set_stream", _STREAMS), ("Graph", _GRAPHS), ("get_device_capability", _CAPABILITY)):
         if hasattr(accelerator, name):
             is_class = inspect.isclass(getattr(accelerator, name))
-            setattr(
-                accelerator,
-                name,
-                (refusing_class if is_class else refusing)(f"accelerator.{name}", REFUSED["set_stream"]),
-            )
+            setattr(accelerator, name, (refusing_class if is_class else refusing)(name, reason, "torch.accelerator."))
     original = torch.get_device_module
 
     @functools.wraps(original)
@@ -309,11 +306,76 @@ def _own_function(name: str, body, module: str = "torch.cuda"):
     return mapped
 
 
+def _nothing(*args, **kwargs) -> None:
+    """A call with nothing to do on the CPU (no GPU work to wait for, no GPU memory to free or count)."""
+
+
+def _zero(*args, **kwargs) -> int:
+    """A GPU memory statistic: 0 bytes (the CPU holds no CUDA memory)."""
+    return 0
+
+
+def _said(body) -> str:
+    """What a stand-in without a text of its own in :data:`_SAID` answers, for the census."""
+    return {_nothing: "does nothing: no GPU work to wait for, free or reset", _zero: "0"}.get(body, "as on one GPU")
+
+
+#: what the mapped calls answer, for the census and docs/scripts.md's table (by name; the others: :func:`_said`)
+_SAID = {
+    "is_available": "True",
+    "is_initialized": "True",
+    "current_accelerator": "the CUDA device",
+    "device_count": "the local world size (LOCAL_WORLD_SIZE): one GPU per local rank",
+    "current_device": "the index set_device kept",
+    "current_device_index": "the index set_device_index kept",
+    "current_device_idx": "the index set_device_index kept",
+    "set_device": "keeps the index (past the count: CUDA's invalid device ordinal)",
+    "set_device_index": "keeps the index (past the count: CUDA's invalid device ordinal)",
+    "set_device_idx": "keeps the index (past the count: CUDA's invalid device ordinal)",
+    "device_index": "selects the index while open",
+    "current_stream": "the CPU's synchronous order: never capturing, always done",
+    "is_bf16_supported": "True",
+    "is_current_stream_capturing": "False",
+    "get_device_name": "'cpu (--cuda-on-cpu)'",
+    "mem_get_info": "the machine's available and total memory",
+    "get_memory_info": "the machine's available and total memory",
+    "memory_stats": "{} (no CUDA memory)",
+    "memory_summary": "a line saying there is no CUDA memory",
+    "manual_seed": "nothing: the CPU generator draws every number (torch.manual_seed seeds it)",
+    "manual_seed_all": "nothing: the CPU generator draws every number",
+    "seed": "nothing: the CPU generator draws every number",
+    "seed_all": "nothing: the CPU generator draws every number",
+    "initial_seed": "the CPU generator's",
+    "get_rng_state": "the CPU generator's state",
+    "set_rng_state": "sets the CPU generator's state",
+    "get_rng_state_all": "the CPU generator's state, once per device",
+    "set_rng_state_all": "sets the CPU generator's state from the current device's",
+    "get_device_properties": "a stand-in: name 'cpu (--cuda-on-cpu)', total_memory the memory the rank may use "
+    "(available memory / local world size), major and minor 0, one multiprocessor (metrics only log them)",
+}
+
+
+def _device_properties(device=None):
+    """``torch.cuda.get_device_properties`` under the mapping: what a trainer's metrics log at start-up (their numbers
+    change nothing that is trained), answered for the CPU share a rank has (:data:`_SAID`)."""
+    import types
+
+    available, _ = _mem_get_info()
+    return types.SimpleNamespace(
+        name=f"cpu ({OPTION})",
+        total_memory=available // max(_state["count"], 1),
+        major=0,
+        minor=0,
+        multi_processor_count=1,
+        is_integrated=False,
+        is_multi_gpu_board=False,
+    )
+
+
 def _cuda_functions() -> None:
     cuda = torch.cuda
     originals = vars(cuda).copy()
-    nothing = lambda *args, **kwargs: None  # noqa: E731
-    zero = lambda *args, **kwargs: 0  # noqa: E731
+    nothing, zero = _nothing, _zero
     mapped = {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
@@ -340,6 +402,7 @@ def _cuda_functions() -> None:
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
         "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_state["count"])],
         "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[_state["current"]]),
+        "get_device_properties": _device_properties,
     }
     for name in (
         "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_cached max_memory_cached"
@@ -350,13 +413,17 @@ def _cuda_functions() -> None:
     ).split():
         mapped[name] = nothing
     for name, value in vars(cuda).copy().items():
-        if name.startswith("_") or name in mapped or name in REFUSED:
+        if name.startswith("_") or name in mapped or name in REFUSED or name in ("device", "device_of"):
             continue
-        if inspect.isfunction(value) and value.__module__.startswith("torch.cuda"):  # not what it imported
+        if not _defined_in(value, "torch.cuda") or (inspect.isclass(value) and issubclass(value, BaseException)):
+            continue  # what it imported (typing's, functools'), and exceptions, which a script catches
+        if inspect.isfunction(value):
             setattr(cuda, name, refusing(name, _UNMAPPED_REASON))
+        elif inspect.isclass(value):  # the legacy tensor and storage types, memory pools, allocators
+            setattr(cuda, name, refusing_class(name, _UNMAPPED_REASON))
     for name, value in mapped.items():
-        setattr(cuda, name, _own_function(name, value))
-    cuda.device = cuda.device_of = _DeviceContext
+        setattr(cuda, name, marked(_own_function(name, value), "mapped", _SAID.get(name) or _said(value)))
+    cuda.device = cuda.device_of = marked(_DeviceContext, "mapped", "selects the index while open")
     for name, reason in REFUSED.items():
         is_class = inspect.isclass(getattr(cuda, name, None))
         setattr(cuda, name, (refusing_class if is_class else refusing)(name, reason))
@@ -367,6 +434,42 @@ def _cuda_functions() -> None:
         stand_in = getattr(cuda, name)
         if hasattr(value, "__wrapped__") and stand_in is not value and inspect.isfunction(stand_in):
             stand_in.__wrapped__ = value.__wrapped__
+
+
+def _defined_in(value, module: str) -> bool:
+    """True if ``value`` (a function or class) is ``module``'s own, not one it imported."""
+    return (callable(value) and not inspect.ismodule(value)) and (getattr(value, "__module__", "") or "").startswith(
+        module
+    )
+
+
+#: the device methods of Tensor and Module the census counts (those that name, or move to, a device)
+DEVICE_METHODS = {
+    torch.Tensor: ("to", "cuda", "pin_memory", "record_stream", "type", *TENSOR_FACTORIES),
+    torch.nn.Module: ("to", "cuda", "to_empty"),
+}
+
+
+def census() -> dict[str, tuple[str, str]]:
+    """Every public callable of ``torch.cuda`` and ``torch.accelerator`` that is theirs (not one they imported, nor
+    an exception class a script catches), and the device methods of Tensor and Module (:data:`DEVICE_METHODS`), on
+    this torch, after :func:`install`: ``{"torch.cuda.set_device": ("mapped", what it answers), ...}``, ``"refused"``
+    with the reason, or ``"unclassified"`` (none may be: the census test calls each in a rank)."""
+    found = {}
+    for prefix, module in (("torch.cuda", torch.cuda), ("torch.accelerator", getattr(torch, "accelerator", None))):
+        for name, value in sorted(vars(module or object).items()):
+            if name.startswith("_") or inspect.ismodule(value):
+                continue
+            mark = getattr(value, CENSUS, None)
+            if mark is None and not _defined_in(value, prefix):
+                continue  # imported names (typing's Any, functools' lru_cache), never ours to map
+            if mark is None and inspect.isclass(value) and issubclass(value, BaseException):
+                continue  # an exception class: caught by a script, never called
+            found[f"{prefix}.{name}"] = mark or ("unclassified", "")
+    for cls, names in DEVICE_METHODS.items():
+        for name in names:
+            found[f"{cls.__name__}.{name}"] = getattr(getattr(cls, name), CENSUS, None) or ("unclassified", "")
+    return found
 
 
 # -- autocast and GradScaler ----------------------------------------------------------------------------------------
@@ -431,3 +534,33 @@ def _refuse_cuda_kernels(cpp_extension) -> None:
         refuse("torch.utils.cpp_extension.CUDAExtension", _KERNELS)
 
     cpp_extension.load, cpp_extension.load_inline, cpp_extension.CUDAExtension = load, load_inline, cuda_extension
+
+
+def census_reference() -> str:
+    """docs/cuda-census.md: the :func:`census` of this torch as a table (after :func:`install`), one row a call."""
+    rows = [f"| `{name}` | {how} | {what.replace('|', '/')} |" for name, (how, what) in census().items()]
+    counts = {how: sum(1 for h, _ in census().values() if h == how) for how in ("mapped", "refused")}
+    return "\n".join(
+        [
+            "# The CUDA mapping's census (`--cuda-on-cpu`)",
+            "",
+            f"Generated on torch {torch.__version__.split('+')[0]} by",
+            "`python -m ddpfaults.rank.cuda_on_cpu > docs/cuda-census.md` (tests/rank/test_cuda_census.py fails when",
+            "it is stale). Every public callable of `torch.cuda` and `torch.accelerator` (their own: not what they",
+            "import, nor the exception classes a script catches) and the device methods of `Tensor` and `Module`,",
+            "each either **mapped** (what it answers on the CPU) or **refused** (`UnmappableCudaCall` naming the call",
+            "and the script's line, and why). The census test calls every one inside a real rank, on the installed",
+            "torch (CI: 2.8, 2.13 and 2.15).",
+            f"{counts['mapped']} mapped, {counts['refused']} refused.",
+            "",
+            "| call | under the mapping | what it answers, or why it is refused |",
+            "|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    install(1)
+    print(census_reference(), end="")

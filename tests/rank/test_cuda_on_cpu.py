@@ -75,7 +75,7 @@ def test_cuda_seeding_leaves_the_cpu_generator_that_draws_every_number(seen):
         ("graphed", "torch.cuda.make_graphed_callables", "CUDA graphs"),
         ("nccl", "torch.cuda.nccl.all_reduce", "NCCL"),
         ("process_group_nccl", "torch.distributed.ProcessGroupNCCL.Options", "NCCL"),
-        ("properties", "torch.cuda.get_device_properties", "GPU properties"),
+        ("capability", "torch.cuda.get_device_capability", "chooses its kernels and dtypes"),
         ("unmapped", "torch.cuda.utilization", "no CPU meaning"),
         ("kernel", "torch.utils.cpp_extension.load_inline (CUDA sources)", "custom CUDA kernel"),
         ("cuda_extension", "torch.utils.cpp_extension.CUDAExtension", "custom CUDA kernel"),
@@ -85,6 +85,10 @@ def test_what_has_no_cpu_meaning_is_refused_naming_the_call_and_the_line(seen, n
     message = seen[name]
     assert message.startswith(f"UnmappableCudaCall: --cuda-on-cpu cannot map {call} (called at cuda_probe.py:")
     assert why in message and "run this script on a GPU" in message
+
+
+def test_the_device_properties_a_trainer_logs_are_a_stand_in_saying_it_is_mapped(seen):
+    assert seen["properties"] == ["cpu (--cuda-on-cpu)", True]
 
 
 def test_a_stand_in_class_still_answers_isinstance(seen):
