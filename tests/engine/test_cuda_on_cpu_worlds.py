@@ -154,3 +154,13 @@ def test_a_trainer_written_through_torch_accelerator_completes_with_equal_replic
     assert result.outcome == Outcome.COMPLETED, result.report()
     sums = {r.output.strip().splitlines()[-1] for r in result.ranks}
     assert len(sums) == 1 and next(iter(sums)).startswith("weight sum"), result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_fsdp2_with_its_default_mesh_and_a_gradient_divide_factor_trains_under_the_mapping(world_size):
+    """FSDP2's default mesh is made through the reference to init_device_mesh it bound at its import, on the
+    accelerator's device type: its groups get gloo at c10d's one chokepoint (on torch 2.8 they reached NCCL's options,
+    refused)."""
+    result = run_script(os.path.join(SCRIPTS, "fsdp_divide_factor.py"), world_size=world_size, cuda_on_cpu=True)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert all(r.output.strip().endswith("done") for r in result.ranks), result.report()
