@@ -22,10 +22,14 @@ small model's step, since it sees every op; these patches see only the calls tha
 - ``autocast("cuda")`` is off (fp32 on the CPU: CPU bf16 autocast measured 2.3-4.8x slower, fp16 4-10x, on a
   two-layer MLP; docs/scripts.md) and ``GradScaler("cuda")`` is the CPU's GradScaler (it scales and unscales).
 
-What has no CPU meaning is refused with :class:`~ddpfaults.errors.UnmappableCudaCall` naming the call and the
-user's line: streams and events, CUDA graphs, ``torch.cuda.nccl``, ``ProcessGroupNCCL`` (and its options), custom
-CUDA kernels (``CUDAExtension``, ``cpp_extension.load``/``load_inline`` of CUDA sources), the device's properties
-and capability, and every other public function of ``torch.cuda`` not mapped above.
+Streams and events are the CPU's one synchronous order (work is done when its call returns: waits and
+synchronisation have nothing to do, an event's ``elapsed_time`` measures the CPU's time), and a trainer's start-up
+metrics get stand-ins (``get_device_properties`` names the mapping and the memory the rank may use; the memory
+statistics are 0). What would change the training's meaning, or has none on the CPU, is refused with
+:class:`~ddpfaults.errors.UnmappableCudaCall` naming the call and the user's line: CUDA graphs, an external stream's raw
+handle, ``get_device_capability`` (code picks its kernels by it), ``torch.cuda.nccl``, ``ProcessGroupNCCL`` (and its
+options), custom CUDA kernels (``CUDAExtension``, ``cpp_extension.load``/``load_inline`` of CUDA sources), and every
+other public callable of ``torch.cuda`` not mapped. :func:`census` lists every one on the installed torch.
 """
 
 from __future__ import annotations
@@ -49,14 +53,13 @@ FACTORIES = (
 TENSOR_FACTORIES = ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided")
 
 #: what each refused ``torch.cuda`` name is, for the error
-_STREAMS = "CUDA streams and events order work on a GPU; the CPU has no such semantics"
 _GRAPHS = "CUDA graphs replay GPU kernels"
 _CAPABILITY = "code chooses its kernels and dtypes by the capability: any answer would change what is trained"
+_EXTERNAL = "an external stream is a raw CUDA stream handle: the CPU has none"
+#: torch.cuda's classes the mapping stands in for (the others but exceptions are refused)
+_STAND_IN_CLASSES = ("device", "device_of", "Stream", "StreamContext", "Event")
 REFUSED = {
-    **dict.fromkeys(
-        ("Stream", "ExternalStream", "Event", "stream", "StreamContext", "current_stream", "default_stream"), _STREAMS
-    ),
-    "set_stream": _STREAMS,
+    "ExternalStream": _EXTERNAL,
     **dict.fromkeys(("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"), _GRAPHS),
     "get_device_capability": _CAPABILITY,
 }
@@ -177,30 +180,86 @@ def _devices() -> None:
     torch.Tensor.cuda = marked(_cuda, "mapped", "a CPU copy, as a move to a GPU copies")
     torch.Tensor.pin_memory = marked(_pin_memory, "mapped", "the tensor itself: nothing to pin for")
     torch.Tensor.type = marked(_tensor_type(torch.Tensor.type), "mapped", "'torch.cuda.XTensor' gives the CPU type")
-    torch.Tensor.record_stream = marked(
-        lambda self, stream: refuse("Tensor.record_stream", _STREAMS), "refused", _STREAMS
-    )
+    torch.Tensor.record_stream = marked(_nothing, "mapped", "does nothing: the CPU's one order keeps the tensor alive")
     torch.UntypedStorage.cuda = _storage_cuda
     torch.TypedStorage.cuda = _storage_cuda
     torch.load = torch.serialization.load = _load(torch.serialization.load)
 
 
-class _SyncStream:
-    """The stream ``torch.accelerator.current_stream()`` gives under the mapping: the CPU's one synchronous order
-    (work is done when the call returns), never capturing a graph (the optimizers' graph-capture check asks)."""
+class _Stream:
+    """``torch.cuda.Stream`` (and the current and default stream) under the mapping: the CPU's one synchronous order.
+    Work is done when its call returns, so waiting, recording and synchronising have nothing to do; nothing captures a
+    CUDA graph (the optimizers' graph-capture check asks)."""
 
     device = CPU
+    cuda_stream = 0
 
-    def is_capturing(self) -> bool:
-        """False: nothing captures a CUDA graph on the CPU."""
-        return False
+    def __init__(self, device=None, priority: int = 0, **kwargs):
+        self.priority = priority
+
+    def wait_stream(self, stream) -> None:
+        """Nothing to wait for: the CPU ran it already."""
+
+    def wait_event(self, event) -> None:
+        """Nothing to wait for: the CPU ran it already."""
+
+    def record_event(self, event=None):
+        """``event`` (a new one if None), recorded now."""
+        event = event if event is not None else _Event()
+        event.record(self)
+        return event
+
+    def synchronize(self) -> None:
+        """Nothing to wait for."""
 
     def query(self) -> bool:
         """True: work on the CPU is done when its call returns."""
         return True
 
+    def is_capturing(self) -> bool:
+        """False: nothing captures a CUDA graph on the CPU."""
+        return False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+class _Event:
+    """``torch.cuda.Event`` under the mapping: a point in the CPU's one order, its time kept for ``elapsed_time``."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, **kwargs):
+        self._at = None
+
+    def record(self, stream=None) -> None:
+        """Marks now."""
+        import time
+
+        self._at = time.perf_counter()
+
+    def wait(self, stream=None) -> None:
+        """Nothing to wait for."""
+
+    def query(self) -> bool:
+        """True: done when recorded."""
+        return True
+
     def synchronize(self) -> None:
         """Nothing to wait for."""
+
+    def elapsed_time(self, end) -> float:
+        """Milliseconds from this event's record to ``end``'s, as CUDA's events measure."""
+        return (end._at - self._at) * 1000.0
+
+
+_DEFAULT_STREAM = _Stream()
+
+
+def _stream_context(stream=None):
+    """``torch.cuda.stream(s)`` / ``StreamContext(s)`` under the mapping: ``s`` while open (one order: no switch)."""
+    return stream if stream is not None else _DEFAULT_STREAM
 
 
 def _accelerator() -> None:
@@ -214,7 +273,6 @@ def _accelerator() -> None:
     if accelerator is None:  # torch < 2.6
         return
     cuda = torch.device("cuda")
-    stream = _SyncStream()
     nothing, zero = _nothing, _zero
     mapped = {
         "is_available": lambda: True,
@@ -226,7 +284,8 @@ def _accelerator() -> None:
         "current_device_idx": lambda: _state["current"],
         "device_index": _DeviceContext,
         "synchronize": nothing,
-        "current_stream": lambda device=None: stream,
+        "current_stream": lambda device=None: _DEFAULT_STREAM,
+        "set_stream": nothing,
         "empty_cache": nothing,
         "empty_host_cache": nothing,
         "memory_stats": lambda *args, **kwargs: {},
@@ -240,7 +299,7 @@ def _accelerator() -> None:
         if hasattr(accelerator, name):
             stand_in = body if isinstance(body, type) else _own_function(name, body, "torch.accelerator")
             setattr(accelerator, name, marked(stand_in, "mapped", _SAID.get(name) or _said(body)))
-    for name, reason in (("set_stream", _STREAMS), ("Graph", _GRAPHS), ("get_device_capability", _CAPABILITY)):
+    for name, reason in (("Graph", _GRAPHS), ("get_device_capability", _CAPABILITY)):
         if hasattr(accelerator, name):
             is_class = inspect.isclass(getattr(accelerator, name))
             setattr(accelerator, name, (refusing_class if is_class else refusing)(name, reason, "torch.accelerator."))
@@ -333,7 +392,12 @@ _SAID = {
     "set_device_index": "keeps the index (past the count: CUDA's invalid device ordinal)",
     "set_device_idx": "keeps the index (past the count: CUDA's invalid device ordinal)",
     "device_index": "selects the index while open",
-    "current_stream": "the CPU's synchronous order: never capturing, always done",
+    "current_stream": "the CPU's one synchronous order: never capturing, always done",
+    "default_stream": "the CPU's one synchronous order: never capturing, always done",
+    "set_stream": "does nothing: the CPU has one order",
+    "stream": "the given stream while open (the CPU has one order: no switch)",
+    "Stream": "a stream in the CPU's one synchronous order: waits and synchronize do nothing, query() is True",
+    "Event": "a point in the CPU's one order: record() marks the time, elapsed_time() measures it, waits do nothing",
     "is_bf16_supported": "True",
     "is_current_stream_capturing": "False",
     "get_device_name": "'cpu (--cuda-on-cpu)'",
@@ -403,6 +467,10 @@ def _cuda_functions() -> None:
         "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(_state["count"])],
         "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[_state["current"]]),
         "get_device_properties": _device_properties,
+        "current_stream": lambda device=None: _DEFAULT_STREAM,
+        "default_stream": lambda device=None: _DEFAULT_STREAM,
+        "set_stream": nothing,
+        "stream": _stream_context,
     }
     for name in (
         "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_cached max_memory_cached"
@@ -413,7 +481,7 @@ def _cuda_functions() -> None:
     ).split():
         mapped[name] = nothing
     for name, value in vars(cuda).copy().items():
-        if name.startswith("_") or name in mapped or name in REFUSED or name in ("device", "device_of"):
+        if name.startswith("_") or name in mapped or name in REFUSED or name in _STAND_IN_CLASSES:
             continue
         if not _defined_in(value, "torch.cuda") or (inspect.isclass(value) and issubclass(value, BaseException)):
             continue  # what it imported (typing's, functools'), and exceptions, which a script catches
@@ -424,6 +492,9 @@ def _cuda_functions() -> None:
     for name, value in mapped.items():
         setattr(cuda, name, marked(_own_function(name, value), "mapped", _SAID.get(name) or _said(value)))
     cuda.device = cuda.device_of = marked(_DeviceContext, "mapped", "selects the index while open")
+    cuda.Stream = marked(_Stream, "mapped", _SAID["Stream"])
+    cuda.StreamContext = marked(_stream_context, "mapped", _SAID["stream"])
+    cuda.Event = marked(_Event, "mapped", _SAID["Event"])
     for name, reason in REFUSED.items():
         is_class = inspect.isclass(getattr(cuda, name, None))
         setattr(cuda, name, (refusing_class if is_class else refusing)(name, reason))

@@ -110,7 +110,7 @@ def test_a_restart_resumes_through_the_mapping_and_the_resume_check_passes(world
 
 @pytest.mark.parametrize(
     ("call", "named"),
-    [("stream", "torch.cuda.Stream"), ("graph", "torch.cuda.CUDAGraph"), ("event", "torch.cuda.Event")],
+    [("graph", "torch.cuda.CUDAGraph"), ("external_stream", "torch.cuda.ExternalStream")],
 )
 def test_an_unmappable_call_crashes_every_rank_with_one_error_naming_it_and_the_line(call, named):
     # linger: a rank refused first must not close its sockets on a peer still joining the group (collateral there)

@@ -31,7 +31,7 @@ def test_every_cuda_and_accelerator_call_and_device_method_is_mapped_or_refused_
     assert wrong == {}
     for name in ("torch.cuda.set_device", "torch.accelerator.is_available", "Module.to", "Tensor.cuda"):
         assert outcomes[name] == ("mapped", "answered")
-    assert outcomes["torch.cuda.Stream"][0] == "refused"
+    assert outcomes["torch.cuda.Stream"] == ("mapped", "answered") and outcomes["torch.cuda.CUDAGraph"][0] == "refused"
 
 
 def test_the_census_document_is_the_one_the_installed_torch_makes():

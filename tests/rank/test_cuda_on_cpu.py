@@ -67,10 +67,7 @@ def test_cuda_seeding_leaves_the_cpu_generator_that_draws_every_number(seen):
 @pytest.mark.parametrize(
     ("name", "call", "why"),
     [
-        ("stream", "torch.cuda.Stream", "streams and events"),
-        ("event", "torch.cuda.Event", "streams and events"),
-        ("current_stream", "torch.cuda.current_stream", "streams and events"),
-        ("record_stream", "Tensor.record_stream", "streams and events"),
+        ("external_stream", "torch.cuda.ExternalStream", "raw CUDA stream handle"),
         ("graph", "torch.cuda.CUDAGraph", "CUDA graphs"),
         ("graphed", "torch.cuda.make_graphed_callables", "CUDA graphs"),
         ("nccl", "torch.cuda.nccl.all_reduce", "NCCL"),
@@ -89,6 +86,11 @@ def test_what_has_no_cpu_meaning_is_refused_naming_the_call_and_the_line(seen, n
 
 def test_the_device_properties_a_trainer_logs_are_a_stand_in_saying_it_is_mapped(seen):
     assert seen["properties"] == ["cpu (--cuda-on-cpu)", True]
+
+
+def test_streams_and_events_are_the_cpus_one_synchronous_order(seen):
+    """A side stream, waits on it and events timing it: nothing to wait for, the CPU's time measured."""
+    assert seen["streams"] == [True, True, True] and seen["record_stream"] is None
 
 
 def test_a_stand_in_class_still_answers_isinstance(seen):
