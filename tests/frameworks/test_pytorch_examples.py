@@ -35,7 +35,7 @@ def _run(name, world_size, tmp_path, **settings):
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", ["ddp_tutorial", "fsdp2", "tensor_parallel"])
 def test_the_example_completes_unmodified(name, world_size, tmp_path):
     result = _run(name, world_size, tmp_path)
     assert result.outcome == Outcome.COMPLETED, result.report()
