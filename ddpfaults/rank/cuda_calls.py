@@ -48,6 +48,17 @@ def refuse(call: str, reason: str):
     )
 
 
+#: the attribute a stand-in carries for the census (:func:`ddpfaults.rank.cuda_on_cpu.census`): ``(how, what)``,
+#: how being ``"mapped"`` or ``"refused"`` and what the CPU answer, or the reason
+CENSUS = "__ddpfaults_census__"
+
+
+def marked(stand_in, how: str, what: str):
+    """``stand_in`` marked for the census as ``how`` (``"mapped"``, ``"refused"``) with ``what``; returned."""
+    setattr(stand_in, CENSUS, (how, what))
+    return stand_in
+
+
 def refusing(name: str, reason: str, prefix: str = "torch.cuda."):
     """A function standing in for ``prefix + name`` that refuses every call."""
 
@@ -55,9 +66,10 @@ def refusing(name: str, reason: str, prefix: str = "torch.cuda."):
         refuse(f"{prefix}{name}", reason)
 
     refused.__name__ = refused.__qualname__ = name
-    return refused
+    return marked(refused, "refused", reason)
 
 
 def refusing_class(name: str, reason: str, prefix: str = "torch.cuda."):
     """A class standing in for ``prefix + name`` that refuses to be made (``isinstance`` against it stays valid)."""
-    return type(name, (), {"__new__": lambda cls, *a, **k: refuse(f"{prefix}{name}", reason)})
+    made = type(name, (), {"__new__": lambda cls, *a, **k: refuse(f"{prefix}{name}", reason)})
+    return marked(made, "refused", reason)

@@ -2,16 +2,19 @@
 
 ``init_process_group``/``new_group``/``new_subgroups``/``new_subgroups_by_enumeration`` given a backend naming nccl
 get gloo, and their ``device_id`` is dropped; ``barrier(device_ids=...)`` is a plain barrier;
-``init_device_mesh("cuda", ...)`` makes a CPU mesh; ``is_nccl_available()`` is True; ``ProcessGroupNCCL`` and its
-``Options`` are refused. ``DistributedDataParallel`` drops ``device_ids``/``output_device`` for a module on the CPU,
-outside the DDP seam (:mod:`ddpfaults.rank.seams`): a ``DeviceMismatch`` fault still hands the module an
-accelerator's index afterwards, which DDP refuses, as without the mapping.
+``init_device_mesh("cuda", ...)`` makes a CPU mesh (by every reference to it, FSDP2's default mesh's too), and every
+group c10d makes, whatever door it came by, gets gloo (``_new_process_group_helper``); ``is_nccl_available()`` is
+True; ``ProcessGroupNCCL`` and its ``Options`` are refused. ``DistributedDataParallel`` drops
+``device_ids``/``output_device`` for a module on the CPU, outside the DDP seam (:mod:`ddpfaults.rank.seams`): a
+``DeviceMismatch`` fault still hands the module an accelerator's index afterwards, which DDP refuses, as without the
+mapping.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -95,6 +98,13 @@ def install() -> None:
     )
     dist.ProcessGroupNCCL = c10d.ProcessGroupNCCL = refused_group
     DistributedDataParallel.__init__ = _ddp_init(DistributedDataParallel.__init__)
+    helper = getattr(c10d, "_new_process_group_helper", None)
+    if helper is not None:  # every group c10d makes, by whatever door (a DeviceMesh's own, FSDP2's default mesh)
+        c10d._new_process_group_helper = _group_call(helper, device_id=True)
     import torch.distributed.device_mesh as device_mesh
 
-    device_mesh.init_device_mesh = dist.init_device_mesh = _init_device_mesh(device_mesh.init_device_mesh)
+    original = device_mesh.init_device_mesh
+    mapped = _init_device_mesh(original)
+    for module in list(sys.modules.values()):  # every reference bound at import (FSDP2's default mesh holds one)
+        if getattr(module, "__dict__", {}).get("init_device_mesh") is original:
+            module.init_device_mesh = mapped

@@ -1,4 +1,5 @@
-"""Which optimizer ``step()`` calls train: an optimizer's state built by a step that learns nothing is not one.
+"""Which optimizer ``step()`` calls train: an optimizer's state built by a step that learns nothing is not one, and
+neither is an inner optimizer's step inside a container's (:func:`nested`).
 
 ``torch.distributed.checkpoint.state_dict``'s ``get_state_dict``/``set_state_dict`` build a fresh optimizer's state
 (``_init_optim_state``) by setting every gradient to zeros, every group's learning rate to 0, and calling ``step()``;
@@ -8,7 +9,30 @@ capture leave it out, so both agree with the script on the steps it trained.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
+import torch.optim.optimizer as _optimizer
+
+#: the file of ``Optimizer.profile_hook_step``'s ``wrapper``, around every optimizer's ``step()`` (its hooks run in it)
+_STEP_FILE = os.path.normcase(_optimizer.__file__)
+
+
+def nested() -> bool:
+    """True when the optimizer ``step()`` whose hook calls this runs inside another optimizer's ``step()``: an
+    optimizer container that is itself a ``torch.optim.Optimizer`` and steps its inner optimizers (as LLM training
+    frameworks have) is one training step, counted at its outermost ``step()``. Told from the stack: torch runs every
+    ``step()`` inside ``Optimizer.profile_hook_step``'s ``wrapper``, so two of them on it are one step in another."""
+    frame, steps = sys._getframe(1), 0
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wrapper" and os.path.normcase(code.co_filename) == _STEP_FILE:
+            steps += 1
+            if steps > 1:
+                return True
+        frame = frame.f_back
+    return False
 
 
 def initialising(optimizer) -> bool:

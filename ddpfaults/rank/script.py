@@ -5,7 +5,8 @@ the store as torchrun's agent does), ``sys.argv``, ``__main__``, the working dir
 ``python -u train.py ARGS`` would have them, and its own ``init_process_group`` call traced as the wait on its
 peers it is. Steps are counted by the seams (:mod:`ddpfaults.rank.seams`). ``SystemExit(0)`` (or ``None``) is
 success; another exit status fails the rank, quoting the last line the script wrote to stderr (argparse's
-complaint, typically), except after a preemption notice: then it is the script's handler answering the notice and
+complaint, typically), or the script's own message (``sys.exit("message")``), at the script's line that exited,
+except after a preemption notice: then it is the script's handler answering the notice and
 stays a ``SystemExit`` (as in a rank function, the judge's preemption). A script that ends without ever
 initialising a process group fails too.
 """
@@ -180,8 +181,13 @@ def run(ctx, target: ScriptTarget, threads: int = 1) -> None:
         if exc.code not in (0, None) and preempt.notified(ctx):
             raise
         if exc.code not in (0, None):
-            last = stderr.tail.strip().splitlines()[-1:] or ["(nothing on stderr)"]
-            raise ScriptError(f"{target.name} exited with status {exc.code!r}: {last[0]}") from None
+            if isinstance(exc.code, int):
+                last = stderr.tail.strip().splitlines()[-1:] or ["(nothing on stderr)"]
+                message = f"{target.name} exited with status {exc.code}: {last[0]}"
+            else:  # sys.exit("message"): the script's own words, printed to stderr, status 1
+                message = f"{target.name} exited by its own choice: {exc.code}"
+            # the script's frames come along: the site is the script's line that exited, not this one
+            raise ScriptError(message).with_traceback(exc.__traceback__) from None
     finally:
         sys.stderr = stderr._stream
     if not _initialised:

@@ -88,7 +88,12 @@ def process_group_ready(ctx) -> None:
 
 def _optimizer_stepped(optimizer, args, kwargs) -> None:
     ctx = running.current()
-    if ctx is not None and ctx.clock == OPTIMIZER and not real_steps.initialising(optimizer):
+    if (
+        ctx is not None
+        and ctx.clock == OPTIMIZER
+        and not real_steps.initialising(optimizer)
+        and not real_steps.nested()
+    ):
         ctx.step(1 if ctx.current_step is None else ctx.current_step + 1)
 
 

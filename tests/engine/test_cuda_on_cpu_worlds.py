@@ -110,7 +110,7 @@ def test_a_restart_resumes_through_the_mapping_and_the_resume_check_passes(world
 
 @pytest.mark.parametrize(
     ("call", "named"),
-    [("stream", "torch.cuda.Stream"), ("graph", "torch.cuda.CUDAGraph"), ("event", "torch.cuda.Event")],
+    [("graph", "torch.cuda.CUDAGraph"), ("external_stream", "torch.cuda.ExternalStream")],
 )
 def test_an_unmappable_call_crashes_every_rank_with_one_error_naming_it_and_the_line(call, named):
     # linger: a rank refused first must not close its sockets on a peer still joining the group (collateral there)
@@ -164,3 +164,26 @@ def test_the_users_own_barrier_is_the_users_through_the_mapping(tmp_path):
     barriers = [c for c in result.ranks[0].collectives if c.op == "barrier"]
     assert [c.maker for c in barriers] == ["user", "user"], result.report()
     assert "[ddpfaults]" not in result.report() and "barrier.py:" in result.divergence.describe(), result.report()
+
+
+ACCELERATOR_TRAIN = os.path.join(SCRIPTS, "accelerator_train.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_trainer_written_through_torch_accelerator_completes_with_equal_replicas(world_size):
+    """torch.accelerator's check, set_device_index, get_default_backend_for_device, device_id, Module.to(int),
+    device_ids, AdamW and synchronize (it exited "Unable to locate an accelerator": torch.accelerator named none)."""
+    result = run_script(ACCELERATOR_TRAIN, world_size=world_size, cuda_on_cpu=True)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    sums = {r.output.strip().splitlines()[-1] for r in result.ranks}
+    assert len(sums) == 1 and next(iter(sums)).startswith("weight sum"), result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_fsdp2_with_its_default_mesh_and_a_gradient_divide_factor_trains_under_the_mapping(world_size):
+    """FSDP2's default mesh is made through the reference to init_device_mesh it bound at its import, on the
+    accelerator's device type: its groups get gloo at c10d's one chokepoint (on torch 2.8 they reached NCCL's options,
+    refused)."""
+    result = run_script(os.path.join(SCRIPTS, "fsdp_divide_factor.py"), world_size=world_size, cuda_on_cpu=True)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert all(r.output.strip().endswith("done") for r in result.ranks), result.report()

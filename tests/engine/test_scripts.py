@@ -166,14 +166,15 @@ def test_device_mismatch_and_uneven_inputs_act_at_the_seams():
         ("no_process_group", Outcome.CRASHED, "without initialising a process group"),
         ("init_twice", Outcome.CRASHED, "trying to initialize the default process group twice"),
         ("exit_status", Outcome.CRASHED, "exited with status 3: giving up: bad configuration"),
+        ("exit_message", Outcome.CRASHED, "exited by its own choice: Unable to locate sufficient gpus to run this"),
     ],
 )
 def test_misbehaving_scripts_get_a_verdict_naming_the_cause(what, outcome, expected):
     result = run_script(BAD, [what], world_size=2, timeout=60)
     assert result.outcome == outcome, result.report()
     assert expected in result.root_cause, result.report()
-    if what == "raise_at_import":
-        assert result.ranks[0].site.startswith("bad_scripts.py:")
+    if what in ("raise_at_import", "exit_message"):  # the script's line, never ddpfaults' own
+        assert result.ranks[0].site.startswith("bad_scripts.py:") and "bad_scripts.py:" in result.root_cause
     _no_survivors(result)
 
 
@@ -255,3 +256,17 @@ def test_schema_drift_drops_the_key_from_the_targets_the_dataloader_yields():
     assert result.outcome == Outcome.CRASHED and result.root_rank == 1, result.report()
     assert result.ranks[1].error == "KeyError: 'segment_mask'" and result.ranks[1].last_step == 1
     assert [f.rank for f in result.fired] == [1]
+
+
+CONTAINER = os.path.join(SCRIPTS, "optimizer_container.py")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_an_optimizer_container_steps_the_clock_once_per_training_step(world_size):
+    """A container that is itself an Optimizer and steps two inner ones: the outermost step() counts, once (a
+    6-step run reached step 18, and a fault at step 4 fired in the second training step)."""
+    result = run_script(CONTAINER, ["--steps", "6"], world_size=world_size)
+    assert result.outcome == Outcome.COMPLETED and [r.last_step for r in result.ranks] == [6] * world_size
+    crashed = run_script(CONTAINER, ["--steps", "6"], world_size=world_size, faults=[RankCrash(rank=1, step=4)])
+    assert crashed.outcome == Outcome.CRASHED and crashed.root_rank == 1, crashed.report()
+    assert crashed.ranks[1].last_step == 4 and [(f.rank, f.step) for f in crashed.fired] == [(1, 4)]

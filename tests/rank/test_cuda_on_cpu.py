@@ -39,9 +39,14 @@ def test_every_way_of_naming_a_cuda_device_gives_the_cpu(seen):
     assert seen["is_cuda"] is False
 
 
-def test_torch_accelerator_names_none_as_on_a_cpu_build(seen):
-    # on a CUDA build torch.accelerator names CUDA: the optimizer's graph-capture check then reached the CUDA runtime
-    assert seen["accelerator"] == ["None", False]
+def test_torch_accelerator_names_the_mapped_cuda_device_as_on_one_gpu_per_local_rank(seen):
+    """Scripts that check torch.accelerator first (pytorch/examples' FSDP2, tensor parallelism) take their GPU path;
+    the optimizers' graph-capture check finds the CPU's synchronous stream, never a CUDA runtime."""
+    assert seen["accelerator"] == ["cuda", True]
+    assert seen["accelerator_index"] == [4, 3, 1]
+    assert seen["accelerator_stream_capturing"] is False and seen["device_module"] is True
+    assert seen["module_to_index"] == "cpu" and seen["tensor_to_index"] == "cpu"
+    assert seen["adamw_stepped"] == 1.0
 
 
 def test_a_move_to_cuda_copies_as_on_a_gpu_and_pinning_is_a_no_op(seen):
@@ -62,15 +67,12 @@ def test_cuda_seeding_leaves_the_cpu_generator_that_draws_every_number(seen):
 @pytest.mark.parametrize(
     ("name", "call", "why"),
     [
-        ("stream", "torch.cuda.Stream", "streams and events"),
-        ("event", "torch.cuda.Event", "streams and events"),
-        ("current_stream", "torch.cuda.current_stream", "streams and events"),
-        ("record_stream", "Tensor.record_stream", "streams and events"),
+        ("external_stream", "torch.cuda.ExternalStream", "raw CUDA stream handle"),
         ("graph", "torch.cuda.CUDAGraph", "CUDA graphs"),
         ("graphed", "torch.cuda.make_graphed_callables", "CUDA graphs"),
         ("nccl", "torch.cuda.nccl.all_reduce", "NCCL"),
         ("process_group_nccl", "torch.distributed.ProcessGroupNCCL.Options", "NCCL"),
-        ("properties", "torch.cuda.get_device_properties", "GPU properties"),
+        ("capability", "torch.cuda.get_device_capability", "chooses its kernels and dtypes"),
         ("unmapped", "torch.cuda.utilization", "no CPU meaning"),
         ("kernel", "torch.utils.cpp_extension.load_inline (CUDA sources)", "custom CUDA kernel"),
         ("cuda_extension", "torch.utils.cpp_extension.CUDAExtension", "custom CUDA kernel"),
@@ -80,6 +82,15 @@ def test_what_has_no_cpu_meaning_is_refused_naming_the_call_and_the_line(seen, n
     message = seen[name]
     assert message.startswith(f"UnmappableCudaCall: --cuda-on-cpu cannot map {call} (called at cuda_probe.py:")
     assert why in message and "run this script on a GPU" in message
+
+
+def test_the_device_properties_a_trainer_logs_are_a_stand_in_saying_it_is_mapped(seen):
+    assert seen["properties"] == ["cpu (--cuda-on-cpu)", True]
+
+
+def test_streams_and_events_are_the_cpus_one_synchronous_order(seen):
+    """A side stream, waits on it and events timing it: nothing to wait for, the CPU's time measured."""
+    assert seen["streams"] == [True, True, True] and seen["record_stream"] is None
 
 
 def test_a_stand_in_class_still_answers_isinstance(seen):

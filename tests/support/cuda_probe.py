@@ -52,6 +52,20 @@ seen["copies"] = {"cuda_copies": x.sum().item() == 0 and moved.sum().item() == 3
 seen["pin_memory_is_self"] = pinned is x
 seen["is_cuda"] = moved.is_cuda
 seen["accelerator"] = [str(torch.accelerator.current_accelerator()), torch.accelerator.is_available()]
+torch.accelerator.set_device_index(1)
+with torch.accelerator.device_index(3):
+    inside = torch.accelerator.current_device_index()
+seen["accelerator_index"] = [torch.accelerator.device_count(), inside, torch.accelerator.current_device_index()]
+torch.accelerator.synchronize()
+seen["accelerator_stream_capturing"] = torch.accelerator.current_stream().is_capturing()
+seen["device_module"] = torch.get_device_module() is torch.cuda
+seen["module_to_index"] = str(torch.nn.Linear(2, 2).to(1).weight.device)
+seen["tensor_to_index"] = str(torch.ones(1).to(0).device)
+model = torch.nn.Linear(2, 1).to(1)
+optimizer = torch.optim.AdamW(model.parameters())
+model(torch.ones(1, 2, device=1)).sum().backward()
+optimizer.step()  # the graph-capture check asks torch.accelerator for its current stream
+seen["adamw_stepped"] = optimizer.state[model.weight]["step"].item()
 seen["cpu_to_cpu_is_self"] = x.to("cpu") is x
 buffer = io.BytesIO()
 torch.save({"w": torch.ones(2)}, buffer)
@@ -78,16 +92,27 @@ torch.cuda.manual_seed_all(7)
 seen["rng"] = [torch.equal(state, torch.get_rng_state()), torch.cuda.initial_seed() == 5]
 seen["names"] = [torch.cuda.get_device_name(), torch.cuda.is_bf16_supported()]
 
-refused("stream", lambda: torch.cuda.Stream())
-refused("event", lambda: torch.cuda.Event(enable_timing=True))
-refused("current_stream", lambda: torch.cuda.current_stream())
+side, start, end = torch.cuda.Stream(), torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+with torch.cuda.stream(side):
+    start.record()
+    side.wait_stream(torch.cuda.current_stream())
+    end.record()
+torch.cuda.current_stream().wait_event(end)
+end.synchronize()
+seen["streams"] = [
+    side.query(),
+    start.elapsed_time(end) >= 0,
+    torch.cuda.default_stream() is torch.cuda.current_stream(),
+]
+refused("external_stream", lambda: torch.cuda.ExternalStream(0))
 refused("graph", lambda: torch.cuda.CUDAGraph())
 refused("graphed", lambda: torch.cuda.make_graphed_callables(model, (torch.ones(1, 2),)))
 refused("nccl", lambda: torch.cuda.nccl.all_reduce([torch.ones(1)]))
-refused("properties", lambda: torch.cuda.get_device_properties(0))
+refused("capability", lambda: torch.cuda.get_device_capability(0))
+seen["properties"] = [torch.cuda.get_device_properties(0).name, torch.cuda.get_device_properties(0).total_memory > 0]
 refused("unmapped", lambda: torch.cuda.utilization())
 refused("process_group_nccl", lambda: torch.distributed.ProcessGroupNCCL.Options())
-refused("record_stream", lambda: x.record_stream(None))
+seen["record_stream"] = x.record_stream(side)
 from torch.utils import cpp_extension  # noqa: E402 - imported after the mapping, as a script would
 
 refused("kernel", lambda: cpp_extension.load_inline("k", "int f();", cuda_sources="__global__ void k() {}"))

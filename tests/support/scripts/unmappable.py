@@ -10,18 +10,16 @@ import torch.distributed as dist
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--call", choices=("stream", "graph", "event"), default="stream")
+    parser.add_argument("--call", choices=("graph", "external_stream"), default="graph")
     args = parser.parse_args()
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
     model = torch.nn.Linear(4, 1).cuda()
-    if args.call == "stream":
-        side = torch.cuda.Stream()
-    elif args.call == "graph":
+    if args.call == "graph":
         side = torch.cuda.CUDAGraph()
     else:
-        side = torch.cuda.Event(enable_timing=True)
+        side = torch.cuda.ExternalStream(0)
     print(model, side)
     dist.destroy_process_group()
 
