@@ -31,6 +31,7 @@ from ddpfaults.engine import census
 from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.proc import mp_private, tree
+from ddpfaults.rank.forkserver import SIGNAL as forkserver_signal
 from ddpfaults.rank.forkserver import world_dir_prefix
 from ddpfaults.rank.job import warm_up
 from ddpfaults.rank.main import Job, RankConfig, world_tmp
@@ -302,7 +303,18 @@ def warm_pids() -> list[int]:
     return sorted(census.POOLED)
 
 
-atexit.register(close_all)
+def _at_exit() -> None:
+    """The launcher's exit: kill every warm world, then stop and reap the fork server (which reaps the ranks it
+    forked first) and the resource tracker, so that nothing of ours is left, not even a zombie."""
+    close_all()
+    mp_private.stop_helpers(grace=STOP_GRACE, nudge=forkserver_signal)
+
+
+#: seconds the fork server and the resource tracker get to exit once asked, before they are signalled
+STOP_GRACE = 10.0
+
+
+atexit.register(_at_exit)
 
 
 @contextlib.contextmanager

@@ -9,8 +9,11 @@ re-run the launcher's ``__main__`` first. Used by the launcher (its census and p
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+import time
+from multiprocessing import forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.context import set_spawning_popen
 
 
@@ -22,6 +25,53 @@ def fork_server_pid() -> int | None:
 def fork_server_address() -> str | None:
     """The fork server's socket path (in the launcher's ``pymp-*`` temp dir), None if none was started."""
     return getattr(forkserver._forkserver, "_forkserver_address", None)
+
+
+def stop_helpers(grace: float, nudge: int) -> list[int]:
+    """Stop multiprocessing's fork server and resource tracker, if this process started them, and reap them: each is
+    asked to stop as at the launcher's exit (its "alive" pipe closed) and waited for up to ``grace`` seconds, then
+    sent ``nudge`` (the fork server: the signal it takes for the launcher's death, after which it kills what is
+    below it), then SIGKILL. Returns the pids reaped. Left to the exit alone, they outlive the launcher by a moment
+    and end as zombies of init, where a container whose init does not reap keeps them."""
+    reaped = []
+    server = forkserver._forkserver
+    pid, alive = getattr(server, "_forkserver_pid", None), getattr(server, "_forkserver_alive_fd", None)
+    if pid is not None and alive is not None:
+        os.close(alive)
+        server._forkserver_alive_fd = None
+        _reap(pid, grace, nudge)
+        server._forkserver_pid = None
+        reaped.append(pid)
+    tracker = resource_tracker._resource_tracker
+    pid, fd = getattr(tracker, "_pid", None), getattr(tracker, "_fd", None)
+    if pid is not None and fd is not None:
+        os.close(fd)
+        tracker._fd = None
+        _reap(pid, grace, signal.SIGTERM)
+        tracker._pid = None
+        reaped.append(pid)
+    return reaped
+
+
+def _reap(pid: int, grace: float, nudge: int) -> None:
+    """Wait for child ``pid`` to exit, up to ``grace`` seconds, then send it ``nudge``, then SIGKILL; reap it."""
+    for signum in (None, nudge, signal.SIGKILL):
+        if signum is not None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if done:
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
 
 
 def in_fork_server_main(frame) -> bool:

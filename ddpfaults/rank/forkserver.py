@@ -25,7 +25,9 @@ everything still below it and exits, which closes the last write ends of both pi
 
 from __future__ import annotations
 
+import atexit
 import glob
+import math
 import os
 import shutil
 import signal
@@ -54,10 +56,31 @@ def _install() -> None:
     global _server_pid, _launcher_pid
     _server_pid, _launcher_pid = os.getpid(), os.getppid()
     tree.become_subreaper()
+    atexit.register(_reap_below)  # its "alive" pipe closed: it exits, after the ranks it forked
     # its SIGCHLD loop reaps the orphans it adopts too, and warns about each pid it did not fork
     warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
     signal.signal(SIGNAL, _on_parent_death)
     tree.prctl(tree.PR_SET_PDEATHSIG, SIGNAL)  # a launcher gone before this line: the alive pipe ends the server
+
+
+def _reap_below() -> None:
+    """The fork server's exit: reap every child it has (the ranks it forked, the orphans it adopted), killing what
+    still runs after :data:`GRACE`, so none is left a zombie of init once the server is gone."""
+    if os.getpid() != _server_pid:
+        return  # a rank forked from the server inherits the registration
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's handler writes to a pipe its loop has left
+    deadline = time.monotonic() + GRACE
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            tree.kill(tree.below([os.getpid()], tree.snapshot()))
+            deadline = math.inf
+        time.sleep(0.005)
 
 
 def leave() -> None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import ddpfaults.__main__ as cli_main
 import rankfns
 from cli import ROOT, ddpfaults_cli
@@ -80,3 +82,22 @@ def test_cwd_is_where_a_scripts_relative_paths_lead(tmp_path, capsys, monkeypatc
                         "model.pt")  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "model.pt").exists() and not (tmp_path.parent / "model.pt").exists()
+
+
+BELOW_ME = f"{ROOT}/tests/support/below_me.py"
+
+
+@pytest.mark.parametrize(
+    "what", [f"{ROOT}/tests/support/rankfns.py:all_reduce_steps", PLAIN], ids=["function", "script"]
+)
+def test_a_run_reaps_every_process_it_started_before_it_exits_not_even_a_zombie_is_left(what):
+    """Run by a child subreaper (what a command leaves re-parents there, as it would to init): once ``python -m
+    ddpfaults run`` has exited, nothing of its world is left below it, not even a zombie (its fork server and
+    resource tracker outlived it by a moment and ended as init's zombies, which a CI container whose init does not
+    reap keeps)."""
+    command = [sys.executable, BELOW_ME, sys.executable, "-m", "ddpfaults", "run", what, "--world-size", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["returncode"] == 0, report["stderr"]
+    assert report["left"] == {}, report
