@@ -19,9 +19,9 @@ if __name__ == "__main__":
         dist.init_process_group("gloo")
         print("giving up: bad configuration", file=sys.stderr)
         sys.exit(3)
-    if what == "exit_message":  # as pytorch/examples' scripts do without GPUs, before any collective
-        sys.exit("Unable to locate sufficient gpus to run this example. Exiting.")
     if what == "rank_1_never_joins":
         if os.environ["RANK"] == "1":
             time.sleep(3600)  # stuck before init_process_group (e.g. loading data): it never joins
         dist.init_process_group("gloo")
+    if what == "exit_message":  # as pytorch/examples' scripts do without GPUs, before any collective
+        sys.exit("Unable to locate sufficient gpus to run this example. Exiting.")
