@@ -90,7 +90,8 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
     record that torch's ring buffer cut short begins after collective #1 (its first ``seq``): every sequence is
     compared from the latest first collective any rank's record holds, so records cut at different points still
     line up. The divergence is numbered by its collectives' ``seq``; of several groups' divergences the earliest
-    is returned. The odd ranks are the single smallest group, if there is one (a vote);
+    is returned (at one number, the one made at the earlier step: :func:`_earliness`). The odd ranks are the
+    single smallest group, if there is one (a vote);
     :func:`ddpfaults.judge.attribution.attribute` weighs what each rank did.
     """
     if len(ranks) < 2:
@@ -107,7 +108,16 @@ def first_divergence(ranks: list[RankResult]) -> Divergence | None:
         divergence = _first_difference(those, {r.rank: [c for c in calls[r.rank] if c.group == key] for r in those})
         if divergence is not None:
             found.append(divergence)
-    return min(found, key=lambda d: d.index, default=None)
+    return min(found, key=_earliness, default=None)
+
+
+def _earliness(divergence: Divergence) -> tuple:
+    """How early a divergence is: its collective number, then the earliest step a call there was made in. Each
+    rank numbers its collectives of every group in one sequence, so a rank that skips a call of its tp group and
+    its peer, left waiting in that call, diverge at one number in two groups (the peer never reaches the next
+    call of the default group); the skipped call was made a step earlier than the call the peer never reached."""
+    steps = [g.call.step for g in divergence.groups if g.call is not None and g.call.step is not None]
+    return divergence.index, min(steps, default=float("inf"))
 
 
 def _first_difference(ranks: list[RankResult], calls: dict) -> Divergence | None:

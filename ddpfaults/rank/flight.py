@@ -25,9 +25,24 @@ BUFFER_ENTRIES = "4000"  # collectives kept per rank (torch's ring buffer) unles
 POLL = 0.02  # seconds between looks at the request file
 
 
+#: ``{name: {"name", "desc", "ranks"}}`` of the groups destroyed in this process (:func:`remember_groups`): the
+#: record still holds their collectives, known to torch by name only, once c10d's registry has forgotten them
+_remembered: dict = {}
+
+
 def enable() -> None:
     """Switch the flight recorder on for process groups created from now on (the user's size wins)."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", BUFFER_ENTRIES)
+
+
+def remember_groups() -> None:
+    """Keep this process's groups as they are now for its later dumps: a script's ``destroy_process_group`` empties
+    c10d's registry before the job's last dump, which then knew its subgroups' collectives by name only (called by
+    the destroy seam, :func:`ddpfaults.rank.seams.keep_destroyed_groups`, before c10d forgets them)."""
+    try:
+        _remembered.update(_process_groups())
+    except Exception:  # noqa: BLE001 - no registry on this torch: the dump describes the groups it can
+        pass
 
 
 def dump(since_wall: float | None = None) -> bytes | None:
@@ -44,6 +59,7 @@ def dump(since_wall: float | None = None) -> bytes | None:
         return None
     if since_wall is not None:
         record["entries"] = [e for e in record.get("entries") or [] if e.get("time_created_ns", 0) >= since_wall * 1e9]
+    groups = {**_remembered, **groups}  # a name torch gave again names the group that has it now
     if groups:
         record["pg_config"] = groups
     return pickle.dumps(record)
@@ -58,6 +74,7 @@ def forget() -> bool:
     or torch's symbols are not found, this returns False from then on (the dump's ``since_wall`` cut still keeps
     a job's collectives apart; the record just keeps growing)."""
     global _forgets
+    _remembered.clear()
     if _forgets is False:
         return False
     reset = torch_private.reset_flight_record()

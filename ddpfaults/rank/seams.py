@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ddpfaults.rank import context, real_steps, running, torch_private, wrapped
+from ddpfaults.rank import context, flight, real_steps, running, torch_private, wrapped
 from ddpfaults.spec import STEP_CLOCKS
 
 OPTIMIZER, DATALOADER = STEP_CLOCKS
@@ -73,6 +73,7 @@ def keep_destroyed_groups() -> None:
     @functools.wraps(original)
     def destroy_process_group(group=None):
         everything = group is None or group is c10d.GroupMember.WORLD
+        flight.remember_groups()
         _DESTROYED.extend(list(torch_private.groups().pg_map) if everything else [group])
         return original(group)
 

@@ -99,6 +99,23 @@ def test_the_earliest_of_several_groups_divergences_is_the_first():
     assert divergence.index == 1 and divergence.groups[0].call.group == "0,1"
 
 
+def test_of_two_divergences_at_one_number_the_one_made_at_the_earlier_step_is_first():
+    """Rank 1 skipped its step-1 tp all_reduce (pair 0, 1) and made the default group's step-2 all_reduce as its
+    collective #4, where rank 0 waits in that tp call: both groups diverge at #4; the tp group's is the first."""
+    tp = {0: ("0,1", [0, 1]), 1: ("0,1", [0, 1]), 2: ("2,3", [2, 3]), 3: ("2,3", [2, 3])}
+    ranks = []
+    for r in range(4):
+        made = [call(1, step=0), call(2, *tp[r], step=0), call(3, step=1)]
+        made.append(call(4, step=2) if r == 1 else call(4, *tp[r], step=1))
+        if r in (2, 3):
+            made.append(call(5, step=2))
+        ranks.append(rank(r, made, RankState.BLOCKED))
+    divergence = first_divergence(ranks)
+    assert divergence.index == 4
+    assert {g.call.group for g in divergence.groups if g.call is not None} == {"0,1"}
+    assert sorted(r for g in divergence.groups for r in g.ranks) == [0, 1]
+
+
 def making(r, *groups) -> RankResult:
     """A rank whose events say it began to make ``groups`` (``(members, desc)``) in that order."""
     events = [

@@ -168,3 +168,33 @@ def torch_pipeline(ctx, short_step=None, steps=3):
             else:
                 schedules[n].step(target=torch.randn(3 * n, 8), losses=[])
     return float(layer.weight.sum())
+
+
+def groups_made(ctx, how, steps=3, skip_rank=None, skip_step=None):
+    """The function form of ``scripts/mesh_groups.py`` (its ``--groups`` ways of making the rank's tp group; the
+    default group is the world's already, so ``mesh`` makes a 1-D mesh over it): each step all_reduces on the
+    world and on the tp group (``torch.distributed.nn.functional``'s for ``nn``, a functional collective for
+    ``funcol``); ``skip_rank`` skips its tp
+    all_reduce at ``skip_step``. Returns the world's sum."""
+    import torch.distributed._functional_collectives as funcol
+    import torch.distributed.nn.functional as dnn
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from scripts.mesh_groups import tp_group
+
+    if how == "mesh":
+        init_device_mesh("cpu", (ctx.world_size,))
+    tp = None if how == "mesh" else tp_group(how, ctx.world_size, ctx.rank)
+    total = torch.ones(1)
+    for step in range(steps):
+        ctx.step(step)
+        dist.all_reduce(total)
+        if tp is not None and not (ctx.rank == skip_rank and step == skip_step):
+            if how == "nn":
+                dnn.all_reduce(torch.ones(2), group=tp)
+            elif how == "funcol":
+                funcol.all_reduce(torch.ones(2), "sum", tp).sum()  # the sum waits for it
+            else:
+                dist.all_reduce(torch.ones(2), group=tp)
+    dist.barrier()
+    return float(total.item())
