@@ -7,7 +7,10 @@ group c10d makes, whatever door it came by, gets gloo (``_new_process_group_help
 True; ``ProcessGroupNCCL`` and its ``Options`` are refused. ``DistributedDataParallel`` drops
 ``device_ids``/``output_device`` for a module on the CPU, outside the DDP seam (:mod:`ddpfaults.rank.seams`): a
 ``DeviceMismatch`` fault still hands the module an accelerator's index afterwards, which DDP refuses, as without the
-mapping.
+mapping. FSDP2's reduce-scatter with a gradient divide factor
+(``set_gradient_divide_factor``, as LLM trainers set it) uses NCCL's ``PREMUL_SUM``, which gloo refuses: it divides its
+input by the factor and reduces with a sum, what ``PREMUL_SUM(1/factor)`` computes; its ``AVG`` is a sum divided by
+the group's size afterwards (torch 2.8's gloo reduce-scatter summed where FSDP2 asked for ``AVG``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
 
 from ddpfaults.rank.cuda_calls import maps, refusing_class
+from ddpfaults.rank.on_import import patch_on_import
 
 
 def _gloo(backend):
@@ -77,6 +81,39 @@ def _init_device_mesh(original):
     return init_device_mesh
 
 
+def _divide_factors(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def divide_factors(*args, **kwargs):
+        given = signature.bind(*args, **kwargs).arguments
+        pre, post, reduce_scatter_op, all_reduce_op = original(*args, **kwargs)
+        divide, scale = 1.0, _premul_scale(reduce_scatter_op)
+        if scale is not None:  # PREMUL_SUM(1/f) on NCCL: divide each input by f, then sum
+            pre, reduce_scatter_op = (pre or 1.0) / scale, dist.ReduceOp.SUM
+        for name, op in (("reduce_scatter_group", reduce_scatter_op), ("all_reduce_group", all_reduce_op)):
+            if getattr(op, "op", op) == dist.ReduceOp.AVG and given.get(name) is not None:
+                divide *= given[name].size()  # AVG: sum, then divide by the group's size
+        if divide != 1.0:
+            post = (post or 1.0) * divide
+        if scale is not None or divide != 1.0:
+            return pre, post, dist.ReduceOp.SUM, dist.ReduceOp.SUM
+        return pre, post, reduce_scatter_op, all_reduce_op
+
+    return divide_factors
+
+
+def _premul_scale(op) -> float | None:
+    """The scale of a ``PREMUL_SUM`` reduce op (``None`` for any other op)."""
+    if getattr(op, "op", None) != dist.ReduceOp.PREMUL_SUM:  # AVG and SUM come as bare RedOpType
+        return None
+    return op.__getstate__()[1]
+
+
+def _fsdp_reduce_ops(collectives) -> None:
+    collectives._get_gradient_divide_factors = _divide_factors(collectives._get_gradient_divide_factors)
+
+
 def install() -> None:
     """Patch torch.distributed (once: called by :func:`ddpfaults.rank.cuda_on_cpu.install`)."""
     for name, device_id in (
@@ -103,6 +140,7 @@ def install() -> None:
         c10d._new_process_group_helper = _group_call(helper, device_id=True)
     import torch.distributed.device_mesh as device_mesh
 
+    patch_on_import("torch.distributed.fsdp._fully_shard._fsdp_collectives", _fsdp_reduce_ops)
     original = device_mesh.init_device_mesh
     mapped = _init_device_mesh(original)
     for module in list(sys.modules.values()):  # every reference bound at import (FSDP2's default mesh holds one)

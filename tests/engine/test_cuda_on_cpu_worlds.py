@@ -187,3 +187,16 @@ def test_fsdp2_with_its_default_mesh_and_a_gradient_divide_factor_trains_under_t
     result = run_script(os.path.join(SCRIPTS, "fsdp_divide_factor.py"), world_size=world_size, cuda_on_cpu=True)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert all(r.output.strip().endswith("done") for r in result.ranks), result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_fsdp2_with_a_gradient_divide_factor_reduces_with_a_sum_of_divided_gradients(world_size):
+    """A divide factor other than the world size makes FSDP2 reduce with NCCL's PREMUL_SUM, which gloo refuses; under
+    the mapping each rank divides and the ranks sum: twice the world size halves the average's gradients. The average
+    (AVG, a sum then a division under the mapping: torch 2.8's gloo reduce-scatter summed) is a local model's."""
+    average = run_world(cudafns.fsdp_gradient_sums, world_size=world_size, cuda_on_cpu=True)
+    divided = run_world(cudafns.fsdp_gradient_sums, world_size=world_size, cuda_on_cpu=True, args=(2.0 * world_size,))
+    assert average.outcome == divided.outcome == Outcome.COMPLETED, divided.report()
+    for (sums, local), (halved, _) in zip(average.values, divided.values, strict=True):
+        assert sums == pytest.approx(local, rel=1e-5)
+        assert halved == pytest.approx([s / 2 for s in sums], rel=1e-5)
