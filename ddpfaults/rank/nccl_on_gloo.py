@@ -28,7 +28,9 @@ from ddpfaults.rank.on_import import patch_on_import
 
 
 def _gloo(backend):
-    if isinstance(backend, str) and "nccl" in backend.lower():
+    """gloo for a backend naming nccl, or for none given (torch's "undefined": on a CUDA build under the mapping, whose
+    ``torch.cuda.is_available()`` is True, torch would pair the CPU's gloo with CUDA's nccl)."""
+    if backend is None or (isinstance(backend, str) and ("nccl" in backend.lower() or backend.lower() == "undefined")):
         return "gloo"
     return backend
 
