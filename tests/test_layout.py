@@ -597,3 +597,35 @@ def test_ruff_format_is_clean():
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _note_reads(tree: ast.AST) -> list[int]:
+    """Lines that read a ``.note`` (prose for people) as data: a string test on it, or a comparison with it."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func.value
+            if node.func.attr in ("startswith", "endswith", "find", "index", "split") and _is_note(target):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(_is_note(x) for x in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+    return lines
+
+
+def _is_note(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "note"
+
+
+def test_no_module_reads_a_note_back_as_data():
+    """What a collective is (DDP's bucket, FSDP's, DCP's) is its ``maker``; its ``note`` is only shown to people."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in _note_reads(ast.parse(path.read_text()))
+    ]
+    assert not found, "a note read as data (use the call's maker): " + ", ".join(found)
+
+
+def test_the_note_reader_finder_finds_planted_reads():
+    planted = 'if call.note.startswith("DDP"):\n    pass\nx = "DDP" in c.note\ny = c.maker == "dcp"\n'
+    assert _note_reads(ast.parse(planted)) == [1, 3]

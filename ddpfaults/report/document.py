@@ -18,6 +18,7 @@ import os
 import tempfile
 
 from ddpfaults.errors import ReportFileError
+from ddpfaults.events import MAKERS
 from ddpfaults.expect import Expectation
 from ddpfaults.judge.results import WorldResult
 
@@ -276,5 +277,12 @@ def _call(fields: dict, *, t0: float, left: bool, number, seq=None, source="trac
         site=fields.get("site"),
         step=fields.get("step"),
         note=fields.get("note") or "",
-        maker=fields.get("maker") or "user",
+        maker=fields.get("maker") or _maker_of_old_note(fields.get("note") or ""),
     )
+
+
+def _maker_of_old_note(note: str) -> str:
+    """The maker of a call in a document written before calls named their maker: the maker whose label of
+    :data:`~ddpfaults.events.MAKERS` begins its note (such documents labelled only DDP's calls), else the user's.
+    Read once here, where the old document is loaded; nothing after this reads a note as data."""
+    return next((maker for maker, label in MAKERS.items() if label and note.startswith(label)), "user")

@@ -205,8 +205,8 @@ def _life_and_steps(times: RankTimes, scale: Scale, rank) -> list[str]:
 
 def _maker_class(call) -> str:
     """The colour class of a call by who made it: DDP's (`` ddp``), FSDP's (`` fsdp``), DTensor's or DCP's
-    (`` lib``), the code's own (``""``); a document written before calls named their maker: DDP's by its note."""
-    if call.maker.startswith("ddp") or (call.maker == "user" and call.note.startswith("DDP")):
+    (`` lib``), the code's own (``""``)."""
+    if call.maker.startswith("ddp"):
         return " ddp"
     if call.maker.startswith("fsdp"):
         return " fsdp"

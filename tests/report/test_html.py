@@ -531,3 +531,18 @@ def test_fsdp_dtensor_and_dcp_collectives_are_not_drawn_in_ddp_s_colour(tmp_path
     assert ("fsdp", True, False) in kinds and ("lib", False, True) in kinds, kinds
     assert not any(c == "ddp" for c, _, _ in kinds), kinds
     assert "<i class='sw coll fsdp'></i>FSDP all-gather / reduce-scatter" in page
+
+
+def test_a_call_of_a_document_older_than_makers_gets_its_maker_from_its_note_once_at_load():
+    """Documents written before calls named their maker labelled DDP's calls only in the note: the loader gives
+    such a call its maker, so the lanes colour it by its maker alone."""
+    from ddpfaults.report.document import _call
+    from ddpfaults.report.lanes import _maker_class
+
+    old = _call({"op": "all_reduce", "note": "DDP gradient bucket 0"}, t0=0.0, left=True, number=1)
+    mine = _call({"op": "all_reduce", "note": "loss"}, t0=0.0, left=True, number=2)
+    new = _call(
+        {"op": "all_reduce", "note": "DDP gradient bucket 0", "maker": "ddp_bucket"}, t0=0.0, left=True, number=3
+    )
+    assert (old.maker, mine.maker, new.maker) == ("ddp_bucket", "user", "ddp_bucket")
+    assert (_maker_class(old), _maker_class(mine)) == (" ddp", "")
