@@ -90,6 +90,7 @@ class _StderrTail:
 
 
 _initialised = False  # c10d set a default process group in this process (the script's, however it made it)
+_inside_traced_init: list = []  # the traced init_process_group calls running (the script's own, by any reference)
 _attempt_store = None  # under a real torchrun: the store an env:// process group gets (see use_store)
 
 
@@ -125,7 +126,11 @@ def _traced_init(original):
             return original(*args, **kwargs)
         seq = ctx._enter("init_process_group", [], context.call_site())
         args, kwargs = _with_attempt_store(original, args, kwargs)
-        original(*args, **kwargs)
+        _inside_traced_init.append(seq)
+        try:
+            original(*args, **kwargs)
+        finally:
+            _inside_traced_init.pop()
         ctx._exit(seq)
         seams.process_group_ready(ctx)
 
@@ -141,7 +146,7 @@ def _default_group_set(group) -> None:
         return
     _initialised = True
     ctx = running.current()
-    if ctx is not None:
+    if ctx is not None and not _inside_traced_init:  # the traced call starts the step clock once it returns
         seams.process_group_ready(ctx)
 
 
