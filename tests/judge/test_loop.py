@@ -232,6 +232,23 @@ def test_a_rank_starved_of_cpu_inside_ddp_code_is_computing_not_waiting(clock, c
     assert world.computing_at_deadline == ((1,) if computing else ())
 
 
+@pytest.mark.parametrize("starved", [False, True], ids=["asleep-polling", "starved"])
+def test_where_the_kernel_counts_a_rank_s_demand_for_a_core_it_alone_says_whether_the_rank_computes(clock, starved):
+    """A rank asleep in a polling loop wakes now and then: a look may catch it runnable and its CPU ticks may move,
+    though it wants a core 0.2% of the time; a rank starved among hundreds is seldom seen runnable and its CPU
+    barely moves, though it wants a core all the time. The same world, stopped by the stall rule or kept alive."""
+    script = {0.1: [(r, start()) for r in range(2)] + [(r, enter_init()) for r in range(2)]}
+    script[0.2] = [(r, leave()) for r in range(2)] + [(0, enter_all_reduce())]
+    world = ScriptedWorld(clock, 2, script)
+    world.stacks = {1: DDP_INIT_STACK}
+    world.wants_core = {0: 0.0, 1: 0.95 if starved else 0.002}
+    if not starved:
+        world.computing, world.main_cpu = {1}, _Rising()
+    reason = loop.watch(world, RunSpec(world_size=2, stall=2, timeout=20))
+    assert reason is (StopReason.TIMEOUT if starved else StopReason.STALL)
+    assert world.computing_at_deadline == ((1,) if starved else ())
+
+
 def test_a_rank_gloo_aborted_before_its_dump_does_not_decide_the_odd_group():
     """In step 2 ranks 0 and 1 skipped the criterion's all_reduce (their gradient bucket met it); gloo aborted rank 3,
     which left no flight-recorder dump. Among the survivors the recorder's vote finds rank 2 odd; what each rank did

@@ -22,8 +22,9 @@ def steps(ctx, steps=3):
 
 
 def idle(ctx, directory):
-    """Write this rank's pid into ``directory``, then sleep forever outside any collective (not waiting on a peer:
-    never judged hung, only timed out; and no CPU taken from the tests running beside it)."""
+    """Write this rank's pid into ``directory``, then sleep forever outside any collective: not waiting on a peer,
+    never hung by the stall rule; hung when the hard timeout comes (it wants a core a thousandth of the time: not
+    computing); and no CPU taken from the tests running beside it."""
     with open(os.path.join(directory, f"rank{ctx.rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
     ctx.step(0)

@@ -10,7 +10,7 @@ Two observers exist: the local launcher's (rank files and processes on this mach
   stack in torch.distributed / DDP / autograd while using no CPU; a rank still starting up, computing, or
   idle outside collectives is never hung; in ``peer_failure="exit"`` mode gloo is first given
   :data:`PEER_EXIT_GRACE` to tell the peers of a failure;
-- starved is not blocked: a rank whose main thread is runnable, ran in the window (:class:`CpuWindow`), or did not
+- starved is not blocked: a rank whose main thread is runnable, computed in the window (:class:`CpuWindow`), or did not
   answer its stack request (it did not get the CPU to) keeps the world alive, whatever its events say;
 - start-up (some rank has not joined the process group yet) is judged by the same evidence: a rendezvous every
   unjoined rank has entered is in progress, and a rank importing or computing is starting; at the start-up limit
@@ -57,6 +57,9 @@ from ddpfaults.judge.verdict import (
 from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
+#: the share of the time a main thread that computes wants a core (runs, or waits in a run queue to), however starved;
+#: one blocked in a collective wants none, one sleeping in a polling loop (``time.sleep(0.05)``) 0.1-0.2%
+COMPUTING_DEMAND = 0.05
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
 _PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
@@ -102,7 +105,7 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
             stop = observer.stop_requested(now)
         if stop is not None:
             if stop == StopReason.TIMEOUT:
-                observer.computing_at_deadline = tuple(_computing(observer, live, window))
+                observer.computing_at_deadline = tuple(window.computing(live))  # starved of CPU, not waiting
             observer.collect_stacks(live)
             if starting:
                 observer.still_starting = tuple(_still_starting(observer, live, now, window))
@@ -118,9 +121,12 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
 
 
 class CpuWindow:
-    """Each live rank's main-thread CPU time, sampled once per quiet spell half a stall window into it: a rank whose
-    main thread ran since is computing, however small its share of a core (256 ranks on 2 cores get a few ms each
-    per second), not waiting. A main thread blocked in a collective uses no CPU at all."""
+    """Each live rank's main-thread demand for a core (:meth:`Observer.demand`: seconds run or waiting in a run queue
+    to run) and CPU time, sampled once per quiet spell half a stall window into it. A rank whose main thread wanted a
+    core more than :data:`COMPUTING_DEMAND` of the time since is computing, however small its share of one (256 ranks
+    on 2 cores get a few ms each per second, and want one all the time); a main thread blocked in a collective wants
+    none, one sleeping in a polling loop a few thousandths. Where the kernel keeps no such count, any CPU used since
+    is computing."""
 
     def __init__(self, observer: Observer):
         self.observer = observer
@@ -128,23 +134,39 @@ class CpuWindow:
         self.stall = 0.0  # the stall window
         self.taken: float | None = None  # when the sample was taken (None: not yet in this spell)
         self.cpu: dict[int, float] = {}
+        self.demand: dict[int, float] = {}
 
     def update(self, live: list[int], last_progress: float, now: float, stall: float) -> None:
         """Start a new spell at new progress; take the sample once the spell is half a stall window old."""
         self.stall = stall
         if last_progress != self.spell:
-            self.spell, self.taken, self.cpu = last_progress, None, {}
+            self.spell, self.taken, self.cpu, self.demand = last_progress, None, {}, {}
         if self.taken is None and now - last_progress >= stall / 2:
             self.taken = now
             self.cpu = {i: t for i in live if (t := self.observer.cpu(i, main=True)) is not None}
+            self.demand = {i: d for i in live if (d := self.observer.demand(i)) is not None}
 
     def covers(self, now: float) -> bool:
         """True once the sample is half a stall window old (or this observer cannot tell a main thread's CPU)."""
         return self.taken is not None and (not self.cpu or now - self.taken >= self.stall / 2)
 
-    def ran(self, indices: list[int]) -> list[int]:
-        """The ranks among ``indices`` whose main thread used CPU since the sample."""
-        return [i for i in indices if i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]]
+    def computing(self, indices: list[int]) -> list[int]:
+        """The ranks among ``indices`` computing since the sample: by their demand for a core where the kernel counts
+        it; otherwise, any CPU used since, or runnable at one of :meth:`Observer.any_runnable`'s looks (before the
+        sample is taken, the looks alone). One look catches a rank that polls at its wake-up now and then: where
+        demand is counted, it alone decides."""
+        elapsed = max(time.monotonic() - self.taken, 1e-3) if self.taken is not None else None
+        found = []
+        for i in indices:
+            demand = self.observer.demand(i) if i in self.demand else None
+            if elapsed is not None and demand is not None:
+                computing = (demand - self.demand[i]) / elapsed > COMPUTING_DEMAND
+            else:
+                ran = elapsed is not None and i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]
+                computing = ran or self.observer.any_runnable([i])
+            if computing:
+                found.append(i)
+        return found
 
 
 def _forget_stacks_before_failure(observer: Observer, live: list[int]) -> None:
@@ -163,7 +185,7 @@ def _recent_failure(observer: Observer, spec: RunSpec, now: float) -> bool:
 
 def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWindow, starting: bool) -> bool:
     """True if every live rank waits on its peers (traced wait, or a waiting stack and no CPU), none of them computing
-    however starved (runnable, its main thread ran in the ``window``, or it did not answer its stack request), and
+    however starved (runnable, computing in the ``window``, or it did not answer its stack request), and
     (``starting``: some rank has not joined the process group) not every unjoined rank in the rendezvous."""
     unsure, polling = [], []
     for i in live:
@@ -182,7 +204,7 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
     if not window.covers(now):
         return False  # the evidence of the main threads' CPU is not in yet
     computing = [i for i in live if i not in polling]
-    if window.ran(computing) or observer.any_runnable(computing):
+    if window.computing(computing):
         return False  # computing with a small share of a core (more ranks than cores): slow, not hung
     if unsure:
         observer.collect_stacks(unsure)
@@ -197,17 +219,10 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
     return all(observer.watches[i].stack is not None for i in waiting if observer.watches[i].events)
 
 
-def _computing(observer: Observer, live: list[int], window: CpuWindow) -> list[int]:
-    """The live ranks whose main thread is runnable or ran in the quiet spell's ``window`` when the hard timeout came:
-    starved of CPU (256 ranks on 2 cores write an event every few seconds), not waiting on their peers."""
-    ran = set(window.ran(live))
-    return [i for i in live if i in ran or observer.runnable(i)]
-
-
 def _still_starting(observer: Observer, live: list[int], now: float, window: CpuWindow) -> list[int]:
     """The live ranks, not joined and not in the rendezvous, still starting when start-up's limit came (their stacks
     just taken): no event yet, no stack (it did not get the CPU to answer), importing, or computing (busy since its
-    last event, its main thread ran in the ``window``, or runnable). The others that never joined were idle."""
+    last event, computing in the ``window``, or runnable). The others that never joined were idle."""
     found = []
     for i in live:
         w = observer.watches[i]
@@ -218,8 +233,7 @@ def _still_starting(observer: Observer, live: list[int], now: float, window: Cpu
             or w.stack is None
             or is_importing(w.stack)
             or is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now)
-            or window.ran([i])
-            or observer.any_runnable([i])
+            or window.computing([i])
         ):
             found.append(i)
     return found
