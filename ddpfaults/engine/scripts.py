@@ -142,12 +142,36 @@ def _moved(target: script.ScriptTarget, cwd: str) -> script.ScriptTarget:
     return dataclasses.replace(target, cwd=cwd, path=path)
 
 
+#: what no training run writes and Python or a tool rebuilds: left out of the resume check's copies
+NOT_COPIED = frozenset(
+    {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox", ".ipynb_checkpoints"}
+)
+#: version-control history: linked into the copies (a script may read it, ``git rev-parse HEAD``), never copied
+LINKED = frozenset({".git", ".hg", ".svn"})
+
+
 def copy_cwd(cwd: str, into: str) -> str:
     """``into``, holding a copy of the working directory ``cwd`` as it is now (files copied, symlinks kept as links):
     the resume check runs each of its two runs in a copy of its own, so both start from the same files and neither
-    sees what the other wrote (and the caller's directory is left as it was). Measured: bench/bench_cwd_copy.py."""
+    sees what the other wrote (and the caller's directory is left as it was). What a run never writes is not copied:
+    caches (:data:`NOT_COPIED`) are left out, version control (:data:`LINKED`) and virtual environments (a folder
+    holding ``pyvenv.cfg``) are symlinks to the originals. Measured: bench/bench_cwd_copy.py."""
+    linked: list[tuple[str, str]] = []
+
+    def left_out(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in NOT_COPIED}
+        for name in names:
+            path = os.path.join(directory, name)
+            if name in LINKED or os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+                if not os.path.islink(path):
+                    linked.append((path, os.path.join(into, os.path.relpath(path, cwd))))
+                    skipped.add(name)
+        return skipped
+
     try:
-        shutil.copytree(cwd, into, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(cwd, into, symlinks=True, dirs_exist_ok=True, ignore=left_out)
+        for original, link in linked:
+            os.symlink(original, link, target_is_directory=True)
     except (OSError, shutil.Error) as exc:
         raise ConfigError(
             f"check_resume: the working directory {cwd} cannot be copied for the resume check's runs ({exc}); give "

@@ -12,7 +12,7 @@ import pytest
 from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
-from ddpfaults.engine.scripts import world_directory
+from ddpfaults.engine.scripts import copy_cwd, world_directory
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, SkippedCollective, UnevenInputs
 
@@ -88,6 +88,28 @@ def test_a_world_in_a_fresh_directory_replays_in_a_fresh_one_and_leaves_nothing(
         assert os.listdir(fresh) == ["model.pt"]
     assert result.outcome == Outcome.COMPLETED and not os.path.exists(fresh) and os.listdir(tmp_path) == []
     assert f"{PLAIN} --world-size 2" in result.replay and ' --cwd "$(mktemp -d)" ' in result.replay
+
+
+def test_the_resume_check_s_copy_holds_the_files_a_run_may_write_and_links_what_it_only_reads(tmp_path):
+    """A project directory as users have it: its data, a git repository, a virtual environment, caches. The copy's
+    files are its own (rewritten in place, the original stays); history and environment are links to the originals
+    (read as they are, never copied); caches are left out."""
+    project = tmp_path / "project"
+    for folder in ("data", ".git/objects", "venv/lib", "pkg/__pycache__", ".pytest_cache"):
+        (project / folder).mkdir(parents=True)
+    (project / "data" / "train.bin").write_bytes(b"tokens")
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (project / "pkg" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"pyc")
+    (project / "pkg" / "m.py").write_text("x = 1\n")
+    copy = tmp_path / "copy"
+    copy_cwd(str(project), str(copy))
+    (copy / "data" / "train.bin").write_bytes(b"rewritten")
+    assert (project / "data" / "train.bin").read_bytes() == b"tokens"
+    assert (copy / "pkg" / "m.py").read_text() == "x = 1\n"
+    assert os.readlink(copy / ".git") == str(project / ".git") and (copy / ".git" / "HEAD").is_file()
+    assert os.readlink(copy / "venv") == str(project / "venv")
+    assert not (copy / "pkg" / "__pycache__").exists() and not (copy / ".pytest_cache").exists()
 
 
 def test_a_world_given_a_directory_replays_from_any_directory(tmp_path):
