@@ -14,6 +14,8 @@ from ddpfaults.engine import census
 from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankKilled, SkippedCollective
 from ddpfaults.judge.results import WorldResult
 
+pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
+
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 GPU_TRAIN = os.path.join(SCRIPTS, "gpu_train.py")
 UNMAPPABLE = os.path.join(SCRIPTS, "unmappable.py")

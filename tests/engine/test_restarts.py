@@ -20,6 +20,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
+
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
 
 

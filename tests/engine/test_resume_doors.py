@@ -17,6 +17,8 @@ import ddpfaults
 import restartfns
 from ddpfaults.faults import RankKilled, WriterKilledMidSave
 
+pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
+
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
 BUFFER = os.path.join(SCRIPTS, "buffer_ckpt.py")
 REPLAY = os.path.join(SCRIPTS, "replay_epoch.py")

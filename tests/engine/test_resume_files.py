@@ -12,6 +12,8 @@ import pytest
 import ddpfaults
 from ddpfaults.faults import RankKilled
 
+pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
+
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "resume_by_flag.py")
 KILL = [RankKilled(rank=1, step=3)]
 
