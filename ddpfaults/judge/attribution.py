@@ -14,7 +14,9 @@ first:
    collectives than its peers (its loop skipped the batch), never where it made the same (it trained on it);
 4. **rank-conditional code**: the ranks standing inside a branch on their own rank (``if rank == 0:``,
    ``is_main_process()``...: :mod:`ddpfaults.judge.live.branches`) while the others stand in none, or, when most
-   ranks stand inside one and the same such branch, the fewer seen outside it;
+   ranks stand inside one and the same such branch, the fewer seen outside it; when the ranks seen outside it made
+   collectives inside it at earlier steps (a block every rank runs), only those that made none in it at a step where
+   the ranks inside did;
 5. **majority**: a single smallest group.
 
 With none of these, no rank is named and the divergence says so.
@@ -201,11 +203,35 @@ def branch_evidence(ranks: list[RankResult], branches: dict | None) -> Evidence 
             f"{format_ranks(seen_outside)} stood outside a branch on the rank that {format_ranks(inside)} stood "
             f"inside, {branches[inside[0]].describe()}",
         )
+    if len({branches[r] for r in inside}) == 1 and seen_outside:
+        block = branches[inside[0]]
+        ran = {r.rank: {c.step for c in r.collectives if block.holds(c.site)} for r in ranks}
+        if all(ran[r] for r in seen_outside):
+            return _left_the_block(ranks, inside, seen_outside, block, ran)
     return Evidence(
         tuple(inside),
         f"{format_ranks(inside)} stood inside a branch on {_possessive(inside)} rank, "
         f"{branches[inside[0]].describe()}; {format_ranks(others)} in none",
     )
+
+
+def _left_the_block(ranks: list[RankResult], inside: list, outside: list, block, ran: dict) -> Evidence | None:
+    """The block the ``inside`` ranks stand in is one the ``outside`` ranks ran too, at earlier steps (``ran``: each
+    rank's steps with a collective made in it): no rank-specific code. The ``outside`` ranks are named where, at a
+    step every ``inside`` rank made a collective in the block, each of them made collectives elsewhere and none in
+    it (``if not (rank == 1 and step == 1): all_reduce(...)`` at 2 ranks: rank 1 skipped it at step 1); else None."""
+    made = {r.rank: {c.step for c in r.collectives} for r in ranks}
+    common = set.intersection(*(ran[r] for r in inside))
+    for step in sorted(s for s in common if s is not None):
+        if all(step in made[r] and step not in ran[r] for r in outside):
+            before = sorted(s for s in set.intersection(*(ran[r] for r in outside)) if s is not None)
+            who, earlier = ("it" if len(outside) == 1 else "they"), format_ranks(before, "step")
+            return Evidence(
+                tuple(outside),
+                f"in step {step} {format_ranks(outside)} made no collective inside {block.describe()}, as {who} "
+                f"did in {earlier} and {format_ranks(inside)} did in step {step}",
+            )
+    return None
 
 
 def attribute(

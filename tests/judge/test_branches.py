@@ -6,7 +6,7 @@ import traceback as tb
 
 from ddpfaults.judge.attribution import attribute, branch_evidence, culprits
 from ddpfaults.judge.live import branches
-from ddpfaults.judge.results import Divergence, DivergenceGroup, RankResult, RankState
+from ddpfaults.judge.results import Collective, Divergence, DivergenceGroup, RankResult, RankState
 
 SOURCE = textwrap.dedent(
     """\
@@ -110,3 +110,35 @@ def test_the_ranks_seen_outside_a_block_most_ranks_stand_inside_are_named():
     other = branches.Branch("train.py:20 in main", "if rank != 1")
     assert branch_evidence(ranks, {1: None, 2: block, 3: other}).ranks == (2, 3), "two branches: no one block"
     assert branch_evidence(ranks, {2: block, 3: block}).ranks == (2, 3), "nobody seen outside: the old rule"
+
+
+def _calls(*made):
+    """A rank's collectives: (op, site, step) each."""
+    return [Collective(seq=n, op=op, shapes=[[1]], site=site, step=step) for n, (op, site, step) in enumerate(made, 1)]
+
+
+def test_one_against_one_the_rank_that_ran_a_block_before_and_left_it_at_one_step_is_named():
+    """Two ranks, ``if not (rank == 1 and step == 1): all_reduce(num)`` at train.py:14 inside the step loop, DDP's
+    bucket at train.py:11: rank 0 stands inside the block at step 1, rank 1 (seen outside, in backward at step 2)
+    made a collective in it at step 0 and none at step 1. Its own history names it; a rank-0-only barrier, which
+    rank 1 never ran, still names rank 0; a block rank 1 ran at every step it reached names no one."""
+    block = branches.Branch("train.py:14 in main", "if not (rank == 1 and step == 1)", True, ("train.py", 14, 14))
+    bucket, reduce = ("all_reduce", "train.py:11 in main"), ("all_reduce", "train.py:14 in main")
+    rank0 = RankResult(0, RankState.DIED, collectives=_calls((*bucket, 0), (*reduce, 0), (*bucket, 1), (*reduce, 1)))
+    rank1 = RankResult(1, RankState.RAISED, collectives=_calls((*bucket, 0), (*reduce, 0), (*bucket, 1), (*bucket, 2)))
+    found = branch_evidence([rank0, rank1], {0: block, 1: None})
+    assert found.ranks == (1,)
+    assert found.shows == (
+        "in step 1 rank 1 made no collective inside `if not (rank == 1 and step == 1)` at train.py:14 in main, "
+        "as it did in step 0 and rank 0 did in step 1"
+    )
+    barrier = branches.Branch("train.py:20 in main", "if rank == 0", True, ("train.py", 20, 20))
+    rank0_only = RankResult(
+        0, RankState.BLOCKED, collectives=_calls((*bucket, 0), ("barrier", "train.py:20 in main", 0))
+    )
+    waiting = RankResult(1, RankState.BLOCKED, collectives=_calls((*bucket, 0), (*bucket, 1)))
+    assert branch_evidence([rank0_only, waiting], {0: barrier, 1: None}).ranks == (0,)
+    steady = RankResult(
+        1, RankState.BLOCKED, collectives=_calls((*bucket, 0), (*reduce, 0), (*bucket, 1), (*reduce, 1))
+    )
+    assert branch_evidence([rank0, steady], {0: block, 1: None}) is None

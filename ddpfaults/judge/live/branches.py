@@ -14,7 +14,7 @@ import functools
 import os
 import re
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ddpfaults.events import LIBRARY_PATHS
 from ddpfaults.judge.flight import STACK_FRAME
@@ -39,6 +39,15 @@ class Branch:
     site: str
     condition: str
     taken: bool = True
+    block: tuple = field(default=(), compare=False)  # (file's base name, first line, last line) of the part stood in
+
+    def holds(self, site: str) -> bool:
+        """True if ``site`` (``train.py:14 in main``, a collective's) lies in the part of the branch stood in."""
+        if not self.block:
+            return False
+        where = site.split(" in ", 1)[0]
+        name, _, line = where.rpartition(":")
+        return name == self.block[0] and line.isdigit() and self.block[1] <= int(line) <= self.block[2]
 
     def describe(self) -> str:
         """```if rank == 0` at train.py:51 in main`` (``the else of `if rank == 0` at ...``)."""
@@ -98,11 +107,12 @@ def rank_branch(rank: RankResult) -> Branch | None:
         for condition, body, orelse in _rank_ifs(path):
             for span, taken in ((body, True), (orelse, False)):
                 if span is not None and span[0] <= line <= span[1]:
-                    inside.append((span[1] - span[0], condition, taken))
+                    inside.append((span[1] - span[0], condition, taken, span))
         if inside:
-            _, condition, taken = min(inside)
+            _, condition, taken, span = min(inside)
             site = f"{os.path.basename(path)}:{line} in {fn}"
-            return Branch(site, condition if len(condition) <= 100 else condition[:97] + "...", taken)
+            text = condition if len(condition) <= 100 else condition[:97] + "..."
+            return Branch(site, text, taken, (os.path.basename(path), *span))
     return None
 
 
