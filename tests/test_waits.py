@@ -5,8 +5,8 @@ or says why it must be that number, on its line or in a comment line directly ab
 What counts as a literal wait (read line by line from the source, strings included, so command lines count):
 ``timeout=5``, ``limit=5``, ``stall=0.5``, ``startup=120`` (any name ending so: ``ddpfaults_stall = 0.5``,
 ``STALL = 10``; a dict key ``"timeout": 5``), ``sleep(1)``, ``pytest.mark.timeout(4)``, and the command-line forms
-``--timeout 60``, ``--stall=2``, ``"--startup", "120"``, a deadline ``time.monotonic() + 10`` and
-``wait_for``'s seconds given by position (``wait_for(done, 30, "the file")``). A name, an expression of names (``EVENT_GUARD``,
+``--timeout 60``, ``--stall=2``, ``"--startup", "120"``, a deadline ``time.monotonic() + 10`` and ``wait_for``'s
+seconds given by position (``wait_for(done, 30, "the file")``). A name, an expression of names (``EVENT_GUARD``,
 ``3 * start``) is not literal.
 
 A module whose every such number is given to no real clock (a scripted observer with a fake clock, a pure function
