@@ -4,10 +4,10 @@ or says why it must be that number, on its line or in a comment line directly ab
 
 What counts as a literal wait (read line by line from the source, strings included, so command lines count):
 ``timeout=5``, ``limit=5``, ``stall=0.5``, ``startup=120`` (any name ending so: ``ddpfaults_stall = 0.5``,
-``STALL = 10``; a dict key ``"timeout": 5``), ``sleep(1)``, ``pytest.mark.timeout(4)``, and the command-line forms
-``--timeout 60``, ``--stall=2``, ``"--startup", "120"``, a deadline ``time.monotonic() + 10`` and ``wait_for``'s
-seconds given by position (``wait_for(done, 30, "the file")``). A name, an expression of names (``EVENT_GUARD``,
-``3 * start``) is not literal.
+``STALL = 10``; a default ``limit: float = 60.0``; a dict key ``"timeout": 5``), ``sleep(1)``,
+``pytest.mark.timeout(4)``, the command-line forms ``--timeout 60``, ``--stall=2``, ``"--startup", "120"``, a
+deadline ``time.monotonic() + 10`` and ``wait_for``'s seconds given by position (``wait_for(done, 30, "the
+file")``). A name, an expression of names (``EVENT_GUARD``, ``3 * start``) is not literal.
 
 A module whose every such number is given to no real clock (a scripted observer with a fake clock, a pure function
 of the judge) says so once, in a line of its own: ``# fixed throughout: <why>``. That covers its keyword values,
@@ -30,7 +30,7 @@ _NAMES = r"(?:timeout|limit|stall|startup)"
 _NUMBER = r"[-+]?(?:[0-9][0-9_]*\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?(?=\s*(?:[,)\]}'\"#\\]|$))"
 #: each pattern finds one literal wait on a line; ``sleep`` is the one a module's marker does not cover
 PATTERNS = {
-    "keyword": re.compile(rf"(?i)(?<![a-z0-9]){_NAMES}\s*=\s*{_NUMBER}"),
+    "keyword": re.compile(rf"(?i)(?<![a-z0-9]){_NAMES}\s*(?::\s*[a-z_][\w\[\]., |]*)?=\s*{_NUMBER}"),
     "key": re.compile(rf"(?i)(?<![a-z0-9]){_NAMES}[\"']\s*:\s*[\"']?{_NUMBER}"),
     "option": re.compile(rf"--(?:timeout|stall|startup)(?:\s*=\s*|\s+|[\"']\s*,\s*[\"'])[\"']?{_NUMBER}"),
     "mark": re.compile(rf"mark\.timeout\(\s*{_NUMBER}"),
@@ -125,6 +125,7 @@ def test_the_scanner_finds_planted_waits():
             "deadline = time.monotonic() + EVENT_GUARD",  # 18
             "wait_for(lambda: not alive(ranks[1:2]), 30, 'rank 1 to die', process=p)",  # 19
             "wait_for(lambda: not alive(ranks[1:2]), EVENT_GUARD, f'rank {r} to die')",  # 20
+            "def torchrun(tmp_path, *extra: str, limit: float = 60.0, restarts: int = 0):",  # 21: a default
         ]
     )
     assert [(n, kind) for n, kind, _ in fixed_waits(planted)] == [
@@ -138,6 +139,7 @@ def test_the_scanner_finds_planted_waits():
         (13, "keyword"),
         (17, "deadline"),
         (19, "wait_for"),
+        (21, "keyword"),
     ]
     reasoned = "\n".join(f"{line}  # fixed: planted" for line in planted.splitlines())
     assert fixed_waits(reasoned) == []

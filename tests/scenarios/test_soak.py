@@ -253,7 +253,7 @@ def _hog_pids(pids) -> list[int]:
     return found
 
 
-def _gone(pids, seconds: float = 10) -> list[int]:
+def _gone(pids, seconds: float = EVENT_GUARD) -> list[int]:
     """``pids`` still alive after ``seconds`` (the fork server exits when it notices its parent has gone)."""
     deadline = time.monotonic() + seconds
     while alive(pids) and time.monotonic() < deadline:
@@ -370,7 +370,7 @@ def test_hogs_die_with_a_soak_that_is_terminated_or_killed(signum):
         owner.wait()
     assert owner.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
     # a hog at nice 19 on a loaded machine may not have run its first line yet: it exits once it gets the CPU
-    assert _gone([hog], 300) == [], f"the hog outlived its owner's {signum.name}"
+    assert _gone([hog]) == [], f"the hog outlived its owner's {signum.name}"
 
 
 def _signal_state(pid: int) -> str:
