@@ -158,8 +158,7 @@ def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, 
     evaluation's all_reduce) or ``if ... rank == 0`` (a callback's barrier) and the root cause shows the frame. One
     against three the verdict is the same: rank 0 named, by the branch (weighed before the smaller group) with
     ranks 1-3 in none."""
-    # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-    script = run_script(RANK0_ONLY, ["--what", what], world_size=world_size, stall=2, timeout=WORLD_GUARD)
+    script = run_script(RANK0_ONLY, ["--what", what], world_size=world_size, timeout=WORLD_GUARD)
     condition, call = {"evaluate": ("is_main_process()", "evaluate(model)"), "barrier": ("rank == 0", "on_step_end(")}[
         what
     ]
@@ -170,8 +169,7 @@ def test_code_on_rank_0_only_names_rank_0_by_the_branch_it_stood_in(world_size, 
     assert f"{condition}` at rank0_only.py:{line} in main" in script.root_cause
     others = "rank 1" if world_size == 2 else "ranks 1-3"
     assert f"; {others} in none" in script.root_cause, script.report()
-    # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-    function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, stall=2, timeout=WORLD_GUARD)
+    function = run_world(rank0_only, world_size=world_size, kwargs={"what": what}, timeout=WORLD_GUARD)
     assert function.outcome == outcome and function.root_rank == 0, function.report()
     assert "`if step == at and dist.get_rank() == 0` at causefns.py:" in function.root_cause, function.report()
     assert f"; {others} in none" in function.root_cause, function.report()
@@ -185,11 +183,9 @@ def test_an_unrelated_empty_batch_does_not_steer_the_culprit(world_size, form):
     named by its branch, as without the fault (it named the faulted rank's side: "a fault fired on ranks 1-3 only")."""
     faults = [EmptyBatch(rank=world_size - 1, step=1)]
     if form == "script":
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        result = run_script(RANK0_ONLY, ["--what", "barrier"], world_size=world_size, faults=faults, stall=2)
+        result = run_script(RANK0_ONLY, ["--what", "barrier"], world_size=world_size, faults=faults)
     else:
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        result = run_world(causefns.rank0_barrier_over_a_loader, world_size=world_size, faults=faults, stall=2)
+        result = run_world(causefns.rank0_barrier_over_a_loader, world_size=world_size, faults=faults)
     assert [(f.rank, f.step) for f in result.fired] == [(world_size - 1, 1)], result.report()
     assert result.outcome == Outcome.HUNG and result.root_rank == 0, result.report()
     assert "rank 0 stood inside a branch on its rank" in result.root_cause, result.report()
@@ -203,11 +199,9 @@ def test_the_rank_outside_a_block_every_other_rank_runs_is_named(form):
     (the branch rule named the ranks inside: "ranks 2, 3" once gloo had aborted rank 0). At 2 ranks, one against
     one, the branch still names the rank inside it: docs/internals.md says why."""
     if form == "script":
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        result = run_script(os.path.join(SCRIPTS, "skips_criterion_reduce.py"), world_size=4, stall=2)
+        result = run_script(os.path.join(SCRIPTS, "skips_criterion_reduce.py"), world_size=4)
     else:
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        result = run_world(causefns.skips_the_criterions_reduce, world_size=4, stall=2)
+        result = run_world(causefns.skips_the_criterions_reduce, world_size=4)
     assert result.outcome in (Outcome.HUNG, Outcome.CRASHED) and result.root_rank == 1, result.report()
     assert "rank 1 stood outside a branch on the rank that ranks 0, 2, 3 stood inside" in result.root_cause
 
@@ -259,8 +253,6 @@ def test_a_skipped_ddp_bucket_paired_across_steps_in_a_world_that_completes_is_a
         world_size=world_size,
         kwargs={"batches": 8},
         faults=faults,
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        stall=2,
         timeout=WORLD_GUARD,
     )
     script = run_script(
@@ -268,8 +260,6 @@ def test_a_skipped_ddp_bucket_paired_across_steps_in_a_world_that_completes_is_a
         ["--batches", "8"],
         world_size=world_size,
         faults=faults,
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        stall=2,
         timeout=WORLD_GUARD,
     )
     for result in (function, script):
@@ -290,8 +280,6 @@ def test_a_skipped_ddp_bucket_s_cross_step_pairing_is_counted_up_to_the_hang(wor
         world_size=world_size,
         kwargs={"wrap": "ctx", "steps": 8},
         faults=[SkippedCollective(rank=1, step=3, op="ddp_bucket")],
-        # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-        stall=2,
         timeout=WORLD_GUARD,
     )
     assert result.outcome == Outcome.HUNG and result.root_rank == 1, result.report()
@@ -318,8 +306,7 @@ def test_a_collective_made_in_a_library_is_located_at_the_user_s_line_with_the_l
     line = _line_of(script_path, "_sync_ddp(loss")
     sites = {c.site for c in script.ranks[0].collectives if c.op in ("barrier", "all_reduce") and c.maker == "user"}
     assert sites and all(s.startswith(f"library_reduce.py:{line} in main {LIBRARY}") for s in sites), sites
-    # fixed: the default stall (2 s), named: how soon the expected hang is called, not a measure of speed
-    hung = run_world(reduce_through_a_library, world_size=world_size, kwargs={"alone": 0}, stall=2, timeout=WORLD_GUARD)
+    hung = run_world(reduce_through_a_library, world_size=world_size, kwargs={"alone": 0}, timeout=WORLD_GUARD)
     assert hung.outcome == Outcome.HUNG and hung.root_rank == 0, hung.report()
     line = _line_of(causefns.__file__, "_sync_ddp(torch.ones(3)")
     assert f"at causefns.py:{line} in reduce_through_a_library {LIBRARY}" in hung.root_cause, hung.report()
