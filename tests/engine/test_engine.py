@@ -122,7 +122,7 @@ def test_only_the_timeout_ends_an_idle_rank(fork_server):
 
 
 def test_collective_size_mismatch_reports_the_aborted_rank():
-    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    # fixed: a short stall the crashing world must not trip: load never makes every rank wait (a starved rank computes)
     result = run_world(rankfns.mismatched_sizes, world_size=4, stall=1.0)
     assert result.outcome == Outcome.CRASHED, result.report()
     died = [r for r in result.ranks if r.state == RankState.DIED]
