@@ -42,6 +42,7 @@ from ddpfaults.faults import (
 from ddpfaults.plugin import DDPWorld
 from ddpfaults.report.document import write_document
 from pluginruns import isolate
+from processes import EVENT_GUARD
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
 WHERE = ("API", "declaration", "marker", "option", "CLI", "torchrun")
@@ -182,7 +183,11 @@ class Env:
         """``python -m ddpfaults ARGS`` in the case's temp dir (holding ``touch.py``, whose ranks leave files)."""
         (self.tmp / "touch.py").write_text(TOUCH)
         proc = subprocess.run(
-            [sys.executable, "-m", "ddpfaults", *args], cwd=self.tmp, capture_output=True, text=True, timeout=240
+            [sys.executable, "-m", "ddpfaults", *args],
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=EVENT_GUARD,
         )
         started = any(self.tmp.glob("ran*"))
         found = re.match(r"ddpfaults: error: (\w+): ", proc.stderr)
@@ -265,6 +270,7 @@ ROWS = [
         "API",
         "InvalidTimeout",
         ("timeout", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.api(run_world, takes_ctx, world_size=2, timeout=0),
     ),
     Row(
@@ -272,6 +278,7 @@ ROWS = [
         "API",
         "InvalidTimeout",
         ("startup", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.api(run_world, takes_ctx, world_size=2, startup=0),
     ),
     Row(
@@ -286,6 +293,7 @@ ROWS = [
         "API",
         "InvalidTimeout",
         ("stall", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.api(run_world, takes_ctx, world_size=2, stall=0),
     ),
     Row(
@@ -293,6 +301,7 @@ ROWS = [
         "API",
         "InvalidTimeout",
         ("stall (5 s)", "timeout (5 s)"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.api(run_world, takes_ctx, world_size=2, timeout=5, stall=5),
     ),
     Row(
@@ -369,7 +378,9 @@ ROWS = [
         "run-spec-not-a-runspec",
         "API",
         "ConfigError",
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         ("spec", "{'timeout': 5}"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.api(run_world, takes_ctx, world_size=2, spec={"timeout": 5}),
     ),
     Row(
@@ -491,6 +502,7 @@ ROWS = [
         "declaration",
         "ScenarioError",
         ("scenario takes_ctx", "timeout", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.declare(scenario(timeout=0), takes_ctx),
     ),
     Row(
@@ -498,6 +510,7 @@ ROWS = [
         "declaration",
         "ScenarioError",
         ("scenario takes_ctx", "stall", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.declare(scenario(stall=0), takes_ctx),
     ),
     Row(
@@ -505,6 +518,7 @@ ROWS = [
         "declaration",
         "ScenarioError",
         ("scenario takes_ctx", "stall (5 s)", "timeout (3 s)"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.declare(scenario(timeout=3, stall=5), takes_ctx),
     ),
     Row(
@@ -582,6 +596,7 @@ ROWS = [
         "declaration",
         "ScenarioError",
         ("scenario takes_ctx", "variant v", "timeout", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.declare(scenario(variants=[variant("v", timeout=0)]), takes_ctx),
     ),
     Row(
@@ -952,6 +967,7 @@ ROWS = [
         "marker",
         "MarkerError",
         ("test_marked.py::test_marked", "timeout", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.pytest(files=_marked("timeout=0")),
     ),
     Row(
@@ -959,6 +975,7 @@ ROWS = [
         "marker",
         "MarkerError",
         ("test_marked.py::test_marked", "stall", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.pytest(files=_marked("stall=0")),
     ),
     Row(
@@ -987,6 +1004,7 @@ ROWS = [
         "marker",
         "MarkerError",
         ("test_marked.py::test_marked", "timeout (1 s)", "timeout from the marker", "stall from default"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.pytest(files=_marked("timeout=1")),
     ),
     Row(
@@ -1009,6 +1027,7 @@ ROWS = [
         "option",
         "UsageError",
         ("--ddpfaults-timeout", "'0'"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.pytest("--ddpfaults-timeout=0"),
     ),
     Row(
@@ -1023,6 +1042,7 @@ ROWS = [
         "option",
         "UsageError",
         ("stall 5 s (from --ddpfaults-stall)", "timeout 3 s (from DDPFAULTS_TIMEOUT)"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.pytest("--ddpfaults-stall=5", env={"DDPFAULTS_TIMEOUT": "3"}),
     ),
     Row(
@@ -1115,6 +1135,7 @@ ROWS = [
         "CLI",
         "InvalidTimeout",
         ("timeout", "got 0"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         lambda e: e.cli("run", "touch.py:touch", "--world-size", "2", "--timeout", "0"),
     ),
     Row(

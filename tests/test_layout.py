@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import EVENT_GUARD
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ddpfaults"
 SCENARIOS = ROOT / "scenarios"
@@ -582,7 +584,7 @@ def test_ruff_check_is_clean():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=EVENT_GUARD,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -594,7 +596,7 @@ def test_ruff_format_is_clean():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=EVENT_GUARD,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -51,6 +51,7 @@ def test_each_place_takes_exactly_the_settings_the_table_gives_it():
 
 def test_a_scenario_keyword_outside_the_table_is_refused_as_python_would():
     with pytest.raises(TypeError, match=r"scenario\(\) got an unexpected keyword argument 'startup'"):
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         scenario(startup=5)
     with pytest.raises(TypeError, match=r"variant\(\) got an unexpected keyword argument 'seed'"):
         variant("v", seed=1)

@@ -7,6 +7,7 @@ import pytest
 
 from ddpfaults import Expect, Outcome, run_script, run_world
 from ddpfaults.faults import EmptyBatch, RankOnlyBarrier, UnevenInputs
+from processes import WORLD_GUARD
 from rankfns import asymmetric_collectives, fsdp_dcp_round_trip, split_train
 
 SPLIT = os.path.join(
@@ -26,7 +27,8 @@ CASES = [
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("case, faults, argv, kwargs, shows", CASES, ids=[c[0] for c in CASES])
 def test_a_script_names_the_rank_that_diverged(world_size, case, faults, argv, kwargs, shows):
-    result = run_script(SPLIT, argv, world_size=world_size, faults=faults, stall=1.0, timeout=60)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_script(SPLIT, argv, world_size=world_size, faults=faults, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.root_rank == 1, result.report()
     assert result.root_cause.startswith("rank 1 ") and shows in result.root_cause, result.report()
@@ -36,7 +38,8 @@ def test_a_script_names_the_rank_that_diverged(world_size, case, faults, argv, k
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("case, faults, argv, kwargs, shows", CASES, ids=[c[0] for c in CASES])
 def test_a_rank_function_names_the_rank_that_diverged(world_size, case, faults, argv, kwargs, shows):
-    result = run_world(split_train, world_size=world_size, faults=faults, kwargs=kwargs, stall=1.0, timeout=60)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(split_train, world_size=world_size, faults=faults, kwargs=kwargs, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.root_rank == 1, result.report()
     assert shows in result.root_cause, result.report()
@@ -44,7 +47,7 @@ def test_a_rank_function_names_the_rank_that_diverged(world_size, case, faults, 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_asymmetric_collectives_of_a_completed_world_are_no_divergence(world_size):
-    result = run_world(asymmetric_collectives, world_size=world_size, timeout=60)
+    result = run_world(asymmetric_collectives, world_size=world_size, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
     assert "divergent" not in result.report()
@@ -56,7 +59,7 @@ def test_an_fsdp2_and_dcp_world_is_recorded_by_maker_with_no_divergence(tmp_path
     """FSDP2 trains, DCP saves and loads (its scatter and gather pass lists on one rank only): the world completes
     with no divergence, and each recorded collective says who made it (FSDP, DTensor, DCP), never DDP."""
     result = run_world(
-        fsdp_dcp_round_trip, world_size=2, kwargs={"checkpoint_dir": str(tmp_path / "ckpt")}, timeout=120
+        fsdp_dcp_round_trip, world_size=2, kwargs={"checkpoint_dir": str(tmp_path / "ckpt")}, timeout=WORLD_GUARD
     )
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None and "divergent" not in result.report()
@@ -79,7 +82,7 @@ def test_an_fsdp2_and_dcp_world_is_recorded_by_maker_with_no_divergence(tmp_path
 def test_a_gloo_size_abort_names_the_rank_that_skipped_not_the_receiver(faults, argv):
     """One against one: rank 1 skips batch 2 (its sample-count all_reduce and its backward); its next count meets
     rank 0's gradient all_reduce and gloo aborts whichever rank received the other's: rank 1 is named either way."""
-    result = run_script(SPLIT, argv, world_size=2, faults=faults, timeout=60)
+    result = run_script(SPLIT, argv, world_size=2, faults=faults, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.CRASHED, result.report()
     assert result.root_rank == 1, result.report()
     assert "gloo detected the collective mismatch" in result.root_cause, result.report()

@@ -9,6 +9,7 @@ import pytest
 import ddpfaults
 from ddpfaults.engine import capacity, census
 from ddpfaults.errors import InvalidWorldSize
+from processes import WORLD_GUARD
 from rankfns import all_reduce_steps
 
 PLAIN = os.path.join(
@@ -42,5 +43,5 @@ def test_a_world_beyond_the_machine_is_refused_before_anything_starts(run):
     launched = list(census.LAUNCHED)
     target = all_reduce_steps if run is ddpfaults.run_world else PLAIN
     with pytest.raises(InvalidWorldSize, match=r"world_size=1000000 is more than this machine can hold: at most \d+"):
-        run(target, world_size=1_000_000, timeout=20)
+        run(target, world_size=1_000_000, timeout=WORLD_GUARD)
     assert census.LAUNCHED == launched

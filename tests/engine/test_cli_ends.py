@@ -35,12 +35,13 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
         deadline = time.monotonic() + EVENT_GUARD
         while len(list(tmp_path.glob("rank*.json"))) < 2 and time.monotonic() < deadline:
             assert run.poll() is None, run.communicate()
+            # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.05)
         below = descendants(run.pid)
         workers = [w for r in (0, 1) for w in json.loads((tmp_path / f"rank{r}.json").read_text())["workers"]]
         assert len(below) >= 4 and set(workers) <= set(below), below  # the ranks and their workers at least
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=120)
+        out, err = run.communicate(timeout=EVENT_GUARD)
     finally:
         if run.poll() is None:
             run.kill()
@@ -50,8 +51,9 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
         ["ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running"],
         "",
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + EVENT_GUARD
     while alive(below) and time.monotonic() < deadline:
+        # fixed: the poll interval: the event ends the wait, this only spaces the looks
         time.sleep(0.05)
     assert alive(below) == []
 

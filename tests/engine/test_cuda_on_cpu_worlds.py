@@ -104,6 +104,7 @@ def test_a_restart_resumes_through_the_mapping_and_the_resume_check_passes(world
         faults=[RankKilled(rank=rank, step=step)],
         max_restarts=1,
         check_resume=True,
+        # fixed: a long stall: no hang is expected; a restart's rendezvous waits are never taken for one
         stall=10,
     )
     assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
@@ -138,7 +139,13 @@ def test_a_rank_function_written_for_gpus_restarts_on_a_warm_standby_world():
     """A restart's next attempt runs on a standby world warmed up without the mapping (a rank that had it is never
     given another job); the attempt's own job maps CUDA."""
     result = run_world(
-        cudafns.gpu_steps, world_size=2, cuda_on_cpu=True, faults=[RankKilled(rank=1, step=2)], max_restarts=1, stall=10
+        cudafns.gpu_steps,
+        world_size=2,
+        cuda_on_cpu=True,
+        faults=[RankKilled(rank=1, step=2)],
+        max_restarts=1,
+        # fixed: a long stall: no hang is expected; a restart's rendezvous waits are never taken for one
+        stall=10,
     )
     assert result.outcome == Outcome.COMPLETED and len(result.attempts) == 2, result.report()
     assert result.attempts[1]["warm"], result.report()

@@ -11,7 +11,7 @@ import rankfns
 from cli import ddpfaults_cli
 from ddpfaults import Outcome, RankState, errors, run_world
 from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
-from processes import alive
+from processes import WORLD_GUARD, alive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
@@ -22,7 +22,7 @@ def _last_progress(result) -> float:
 
 
 def test_world_completes_and_shares_a_dir():
-    result = run_world(rankfns.share_a_file, world_size=4, seed=7, timeout=60, stall=2.0)
+    result = run_world(rankfns.share_a_file, world_size=4, seed=7, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED == "completed"
     assert [r.rank for r in result.ranks] == [0, 1, 2, 3]
     assert all(r.outcome == "completed" and r.error is None for r in result.ranks)
@@ -54,6 +54,7 @@ def test_crash_on_one_rank_is_root_cause_and_peers_are_collateral():
 
 def test_linger_turns_the_same_crash_into_a_hang():
     crash = RankCrash(rank=1, step=2, exc=KeyError("segment_mask"))
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = run_world(rankfns.all_reduce_steps, world_size=4, faults=[crash], peer_failure="linger", stall=1.0)
     assert result.outcome == Outcome.HUNG
     assert result.root_rank == 1 and "rank 1 raised KeyError: 'segment_mask'" in result.root_cause
@@ -65,6 +66,7 @@ def test_linger_turns_the_same_crash_into_a_hang():
 
 
 def test_skipped_collective_is_a_hang_proved_within_the_stall_window():
+    # fixed: the stall window the proof must beat (asserted); load calls no hang sooner (a starved rank computes)
     stall = 1.0
     result = run_world(rankfns.all_reduce_steps, world_size=4, stall=stall, faults=[SkippedCollective(rank=2, step=3)])
     assert result.outcome == Outcome.HUNG
@@ -80,12 +82,13 @@ def test_skipped_collective_is_a_hang_proved_within_the_stall_window():
 
 
 def test_busy_straggler_for_ten_stall_windows_is_not_hung():
+    # fixed: what the test is about: a straggler busy for 10 such windows is no hang, whatever the machine's speed
     stall = 0.3
     result = run_world(
         rankfns.all_reduce_steps,
         world_size=4,
         stall=stall,
-        timeout=30,
+        timeout=WORLD_GUARD,
         faults=[Straggler(rank=0, step=1, seconds=10 * stall)],
     )
     assert result.outcome == Outcome.COMPLETED, result.report()
@@ -93,21 +96,32 @@ def test_busy_straggler_for_ten_stall_windows_is_not_hung():
 
 
 def test_rank_idle_outside_collectives_is_slow_not_hung():
-    result = run_world(rankfns.sleep_outside_collective, world_size=3, args=(1.5,), stall=0.3, timeout=20)
+    # fixed: 0.3 s of stall against 1.5 s asleep: the rule (a sleeping rank is not waiting), not the clock, decides
+    result = run_world(rankfns.sleep_outside_collective, world_size=3, args=(1.5,), stall=0.3, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
 
 
 def test_only_the_timeout_ends_an_idle_rank(fork_server):
-    result = run_world(rankfns.sleep_outside_collective, world_size=3, args=(30,), stall=0.3, timeout=4)
+    # the timeout checked fires once the world has certainly started: ten times a whole run of this world from the
+    # fork server (its start and one all_reduce; the timed world reuses it warm), and 4 s at least
+    started = run_world(rankfns.sleep_outside_collective, world_size=3, args=(0,))
+    assert started.outcome == Outcome.COMPLETED, started.report()
+    timeout = round(max(4.0, 10 * started.elapsed), 1)
+    # fixed: a stall far below the sleep: the rule (a sleeping rank is not waiting), not the clock, keeps it unhung
+    stall = 0.3
+    result = run_world(
+        rankfns.sleep_outside_collective, world_size=3, args=(WORLD_GUARD,), stall=stall, timeout=timeout
+    )
     assert result.outcome == Outcome.HUNG
-    assert result.reason == "hard timeout of 4 s reached", result.report()
+    assert result.reason == f"hard timeout of {timeout:g} s reached", result.report()
     assert result.ranks[0].state == RankState.RUNNING
     assert "sleep_outside_collective" in result.ranks[0].stack
     assert result.root_rank == 0 and "outside any collective" in result.root_cause
-    assert 4 <= result.elapsed < 6.5
+    assert timeout <= result.elapsed < timeout + 2.5
 
 
 def test_collective_size_mismatch_reports_the_aborted_rank():
+    # fixed: a short stall the crashing world must not trip: load never makes every rank wait (a starved rank computes)
     result = run_world(rankfns.mismatched_sizes, world_size=4, stall=1.0)
     assert result.outcome == Outcome.CRASHED, result.report()
     died = [r for r in result.ranks if r.state == RankState.DIED]
@@ -145,6 +159,7 @@ def test_error_at_import_in_the_rank_is_a_crash_with_its_traceback(tmp_path, mon
 
 
 def test_report_shows_verdict_table_root_cause_and_replay():
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = run_world(rankfns.all_reduce_steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)])
     text = result.report()
     assert "HUNG" in text and "root cause: rank 0" in text
@@ -156,11 +171,12 @@ def test_report_shows_verdict_table_root_cause_and_replay():
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_other_start_methods(method):
     # each spawned rank imports torch: over 60 s at load 20 on 2 cores; the timeout only guards against a hang
-    result = run_world(rankfns.all_reduce_steps, world_size=2, start_method=method, args=(2,), timeout=600)
+    result = run_world(rankfns.all_reduce_steps, world_size=2, start_method=method, args=(2,), timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED and result.values == [4.0, 4.0], result.report()
 
 
 def test_dataloader_workers_die_with_the_hung_world(tmp_path):
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = run_world(rankfns.record_pids, world_size=2, args=(str(tmp_path),), stall=0.5)
     assert result.outcome == Outcome.HUNG
     infos = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -174,8 +190,10 @@ def test_dataloader_workers_die_with_the_hung_world(tmp_path):
     [
         (dict(world_size=0), errors.InvalidWorldSize, "world_size must be an int >= 1, got 0"),
         (dict(world_size="4"), errors.InvalidWorldSize, "got '4'"),
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         (dict(world_size=2, timeout=-1), errors.InvalidTimeout, "timeout must be a positive number of seconds, got -1"),
         (
+            # fixed: a value handed to a pure function or refused before any world starts: no real time passes
             dict(world_size=2, timeout=5, stall=5),
             errors.InvalidTimeout,
             "stall (5 s) must be shorter than timeout (5 s)",
@@ -217,6 +235,7 @@ def test_result_round_trips_through_json():
 
     from ddpfaults import WorldResult
 
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = run_world(rankfns.all_reduce_steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=1, step=0)])
     again = WorldResult.from_dict(json.loads(result.to_json()))
     assert again.outcome == result.outcome and again.root_cause == result.root_cause
@@ -226,8 +245,10 @@ def test_result_round_trips_through_json():
 
 def test_plain_ddp_names_the_diverging_rank_and_bucket_as_ctx_ddp_does():
     """torch's flight recorder sees DDP's own gradient all_reduces: a plain DDP model needs no ctx.ddp."""
-    plain = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "plain"}, stall=1.0, timeout=30)
-    traced = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "ctx"}, stall=1.0, timeout=30)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    plain = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "plain"}, stall=1.0, timeout=WORLD_GUARD)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    traced = run_world(rankfns.skip_backward, world_size=4, kwargs={"wrap": "ctx"}, stall=1.0, timeout=WORLD_GUARD)
     for result in (plain, traced):
         assert result.outcome == Outcome.HUNG and result.reason.startswith("deadlock proved"), result.report()
         assert result.ranks[1].state == RankState.FINISHED and result.root_rank == 1, result.report()
@@ -242,7 +263,8 @@ def test_plain_ddp_names_the_diverging_rank_and_bucket_as_ctx_ddp_does():
 
 
 def test_store_wait_counts_as_waiting_on_peers():
-    result = run_world(rankfns.store_wait, world_size=2, stall=1.0, timeout=30)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(rankfns.store_wait, world_size=2, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG and result.reason.startswith("no progress")
     assert result.ranks[0].where.startswith("in store.wait() [keys ['never-set']]")
 
@@ -263,7 +285,15 @@ def test_same_seed_same_draws_and_verdict():
 
 def test_a_stall_window_shorter_than_rank_start_up_is_not_a_hang():
     """spawn needs seconds to import torch; a rank that has not started yet is busy, not blocked."""
-    result = run_world(rankfns.all_reduce_steps, world_size=2, start_method="spawn", stall=0.2, timeout=600, args=(2,))
+    result = run_world(
+        rankfns.all_reduce_steps,
+        world_size=2,
+        start_method="spawn",
+        # fixed: what the test is about: a stall far below spawn's start-up is no hang (a starting rank is busy)
+        stall=0.2,
+        timeout=WORLD_GUARD,
+        args=(2,),
+    )
     assert result.outcome == Outcome.COMPLETED, result.report()
 
 
@@ -274,6 +304,7 @@ def test_the_printed_replay_command_reproduces_the_verdict(capsys, monkeypatch):
         rankfns.all_reduce_steps,
         world_size=2,
         kwargs={"steps": 3},
+        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
         stall=0.5,
         faults=[SkippedCollective(rank=1, step=2)],
     )
@@ -296,7 +327,7 @@ def test_ranks_own_multiprocessing_uses_the_platform_default_start_method(tmp_pa
         text=True,
         check=True,
     ).stdout.strip()
-    result = run_world(rankfns.dataloader_workers, world_size=2, args=(str(tmp_path),), timeout=120)
+    result = run_world(rankfns.dataloader_workers, world_size=2, args=(str(tmp_path),), timeout=WORLD_GUARD)
     assert result.outcome == "completed", result.report()
     for method, left in result.values:
         assert method == platform_default

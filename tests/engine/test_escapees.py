@@ -14,7 +14,7 @@ import pytest
 import escapefns
 from ddpfaults import run_script, run_world
 from ddpfaults.engine import census, pool
-from processes import EVENT_GUARD, alive, descendants, wait_for
+from processes import EVENT_GUARD, WORLD_GUARD, alive, descendants, wait_for
 
 #: tests/support (the helper modules): the launcher scripts below run outside pytest, so they put them on sys.path
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
@@ -28,7 +28,7 @@ def test_what_a_rank_started_outside_its_group_dies_with_the_world(tmp_path, how
         world_size=2,
         args=(str(tmp_path), how),
         kwargs={"crash_rank": 1 if crash else None},
-        timeout=60,
+        timeout=WORLD_GUARD,
         stall=2 if how == "daemon" else 10,  # 10: gloo may take seconds to report the lost peer on a busy machine
     )
     # a crashed rank's daemon keeps its gloo sockets open, so its peer waits: hung, not crashed
@@ -55,6 +55,7 @@ LAUNCHER = textwrap.dedent(
             open(os.path.join({left!r}, "left_dir"), "w").write(left)
         for directory, how, kwargs in {runs!r}:
             result = run_world(escapefns.start_escapee, world_size=len(how) if isinstance(how, list) else 2,
+                               # fixed: a long stall and a guard: these worlds complete or crash, no wait ends them
                                args=(directory, how), kwargs=kwargs, stall=60, timeout=120)
             print(json.dumps({{"outcome": result.outcome, "ranks": [r.pid for r in result.ranks],
                               "fork_server": multiprocessing.forkserver._forkserver._forkserver_pid,
@@ -107,6 +108,7 @@ def test_nothing_outlives_a_launcher_that_exits(tmp_path):
 def _wait_for_none_alive(pids, timeout):
     deadline = time.monotonic() + timeout
     while alive(pids) and time.monotonic() < deadline:
+        # fixed: the poll interval: the event ends the wait, this only spaces the looks
         time.sleep(0.05)
     return alive(pids)
 
@@ -127,7 +129,8 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
             process=launcher,
         )
         ranks = escapefns.written_pids(tmp_path, 3, "rank")
-        wait_for(lambda: not alive(ranks[1:2]), 120, "rank 1 to die", process=launcher)
+        wait_for(lambda: not alive(ranks[1:2]), EVENT_GUARD, "rank 1 to die", process=launcher)
+        # fixed: a moment for a world wrongly ended by rank 1's death to end (then asserted not); no verdict needs it
         time.sleep(0.3)
         assert launcher.poll() is None, "the world ended before the launcher could be killed mid-world"
         assert alive(ranks) == [ranks[0], ranks[2]] and alive(escapees) == escapees
@@ -135,14 +138,14 @@ def test_nothing_outlives_a_launcher_killed_mid_world(tmp_path):
         assert len(everything) >= 7
         launcher.kill()
         launcher.communicate()
-        left = _wait_for_none_alive(everything, 60)
-        assert left == [], f"alive 60 s after the launcher was killed: {left} (of {everything})"
+        left = _wait_for_none_alive(everything, EVENT_GUARD)
+        assert left == [], f"alive {EVENT_GUARD} s after the launcher was killed: {left} (of {everything})"
         shared_dir = (tmp_path / "shared_dir").read_text()
         world_dir = os.path.dirname(os.path.dirname(shared_dir))  # ddpfaults-world-<launcher pid>-*/job-*/shared
         assert os.path.basename(world_dir).startswith(f"ddpfaults-world-{launcher.pid}-"), world_dir
-        wait_for(lambda: not os.path.exists(world_dir), 30, "the world's temp dir to be removed, all of it")
+        wait_for(lambda: not os.path.exists(world_dir), EVENT_GUARD, "the world's temp dir to be removed, all of it")
         left = (tmp_path / "left_dir").read_text()  # what a late write leaves: the fork server sweeps it
-        wait_for(lambda: not os.path.exists(left), 30, f"the fork server to remove {left}")
+        wait_for(lambda: not os.path.exists(left), EVENT_GUARD, f"the fork server to remove {left}")
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -14,6 +14,7 @@ from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 from ddpfaults.report.text import report_parts
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
+from processes import EVENT_GUARD, WORLD_GUARD
 
 
 @pytest.mark.parametrize("wrap", ["plain", "ctx"])
@@ -21,7 +22,7 @@ def test_skipped_ddp_bucket_names_the_rank_that_skipped_it(wrap):
     """SkippedCollective(op="ddp_bucket") skips one gradient bucket's all_reduce, under plain DDP (ddpfaults' comm
     hook installed at DDP construction) and ctx.ddp alike: the rank that skipped is the root cause."""
     fault = SkippedCollective(rank=1, step=1, op="ddp_bucket")
-    result = run_world(rankfns.ddp_steps, world_size=3, kwargs={"wrap": wrap}, faults=[fault], timeout=60)
+    result = run_world(rankfns.ddp_steps, world_size=3, kwargs={"wrap": wrap}, faults=[fault], timeout=WORLD_GUARD)
     assert result.outcome != Outcome.COMPLETED and result.root_rank == 1, result.report()
     assert result.divergence is not None and result.divergence.odd_ranks == (1,), result.report()
     assert "DDP gradient bucket" in result.divergence.describe()
@@ -48,7 +49,7 @@ def _fr_trace(directory) -> str:
         [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=EVENT_GUARD,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout + proc.stderr  # its findings are logged (stderr)
@@ -65,8 +66,9 @@ def test_torchs_analyzer_reads_the_dumps_and_agrees_on_the_rank_of_a_hang(tmp_pa
         rankfns.skip_backward,
         world_size=4,
         kwargs={"wrap": "plain"},
+        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
         stall=1.0,
-        timeout=30,
+        timeout=WORLD_GUARD,
         flight_recorder_dir=tmp_path / "dumps",
     )
     assert result.outcome == Outcome.HUNG and result.root_rank == 1
@@ -100,7 +102,8 @@ def test_torchs_analyzer_reads_a_crashed_worlds_dumps_and_names_the_same_rank(tm
 @pytest.mark.parametrize("wrap", ["plain", "ctx"])
 def test_an_empty_batch_with_plain_ddp_is_recorded_with_the_users_call_site(wrap):
     """Every rank's collectives come from the flight recorder, with call sites in the user's file."""
-    result = run_world(rankfns.skip_backward, world_size=2, kwargs={"wrap": wrap}, stall=1.0, timeout=30)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(rankfns.skip_backward, world_size=2, kwargs={"wrap": wrap}, stall=1.0, timeout=WORLD_GUARD)
     for rank in result.ranks:
         assert rank.recorder == "flight recorder"
         assert rank.collectives[0].note == "DDP construction"

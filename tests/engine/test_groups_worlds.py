@@ -7,11 +7,12 @@ import pytest
 from ddpfaults import Outcome, run_world
 from ddpfaults.faults import RankKilled
 from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups, torch_pipeline
+from processes import WORLD_GUARD
 
 
 def test_a_completed_2d_mesh_shows_no_divergence():
     """Two tp pairs and two dp pairs each run their own sequence (judged as 'process group 3 vs 4' before)."""
-    result = run_world(mesh_2d, world_size=4, timeout=120)
+    result = run_world(mesh_2d, world_size=4, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
     assert "divergent" not in result.report()
@@ -28,7 +29,7 @@ def test_completed_subgroups_of_different_shapes_show_no_divergence(world_size, 
     torch's record and ddpfaults' tracing (the recorder off) know each group by the same identity."""
     if recorder == "tracing":
         monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
-    result = run_world(subgroups, world_size=world_size, timeout=120, reuse=False)
+    result = run_world(subgroups, world_size=world_size, timeout=WORLD_GUARD, reuse=False)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
     assert result.ranks[0].recorder == recorder
@@ -38,7 +39,8 @@ def test_completed_subgroups_of_different_shapes_show_no_divergence(world_size, 
 
 
 def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
-    result = run_world(mesh_2d, world_size=4, kwargs={"skip_rank": 3, "skip_step": 1}, stall=1.0, timeout=120)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(mesh_2d, world_size=4, kwargs={"skip_rank": 3, "skip_step": 1}, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.root_rank == 3, result.report()
     assert "in step 1 rank 3 made all_reduce([4]) [process group mesh_dp of ranks 1, 3]" in result.root_cause
@@ -50,7 +52,8 @@ def test_a_rank_skipping_its_tp_all_reduce_is_named_in_its_tp_group():
 def test_a_rank_making_its_groups_in_another_order_is_named():
     """Measured: every rank waits in new_group (gloo connects a group's members through the store, under another
     group's name on the swapped rank); before, nothing was judged until the timeout ('untraced wait')."""
-    result = run_world(groups_in_order, world_size=4, kwargs={"swap_rank": 2}, stall=1.0, timeout=120)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(groups_in_order, world_size=4, kwargs={"swap_rank": 2}, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.root_rank == 2, result.report()
     assert "rank 2 created tp before dp" in result.root_cause, result.report()
@@ -61,7 +64,7 @@ def test_a_rank_making_its_groups_in_another_order_is_named():
 
 
 def test_groups_made_in_the_same_order_complete():
-    result = run_world(groups_in_order, world_size=4, timeout=120)
+    result = run_world(groups_in_order, world_size=4, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
 
@@ -70,7 +73,8 @@ def test_groups_made_in_the_same_order_complete():
 def test_a_stage_sending_one_microbatch_fewer_is_a_proved_deadlock_naming_it(world_size, short):
     """gloo's send waits for its recv: the next stage waits for ever in a recv never sent (and the stage after it
     in its own recv); proved from the ranks' sends and receives, well before the stall window."""
-    result = run_world(pipeline, world_size=world_size, kwargs={"short_stage": short}, stall=30.0, timeout=120)
+    # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+    result = run_world(pipeline, world_size=world_size, kwargs={"short_stage": short}, stall=30.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.reason.startswith("deadlock proved"), result.report()
     assert f"rank {short + 1} waits in its recv #6 from rank {short}, which rank {short} never sends" in result.reason
@@ -80,7 +84,8 @@ def test_a_stage_sending_one_microbatch_fewer_is_a_proved_deadlock_naming_it(wor
 
 
 def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_one():
-    result = run_world(pipeline, world_size=2, kwargs={"both_send_first": True}, stall=30.0, timeout=120)
+    # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+    result = run_world(pipeline, world_size=2, kwargs={"both_send_first": True}, stall=30.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert "rank 0 waits in its send #1 to rank 1, which rank 1 never receives" in result.reason, result.report()
     assert result.root_rank is None, result.report()
@@ -92,7 +97,8 @@ def test_ranks_waiting_across_groups_for_each_other_are_a_proved_deadlock():
     """One wait-for graph across groups: rank 0 waits in its tp all_reduce for rank 1, which waits in its dp
     barrier for rank 3, which waits in tp for rank 2, which waits in dp for rank 0; proved from the groups' counts
     (confirmed by the flight records) well before the stall window."""
-    result = run_world(crossed_waits, world_size=4, stall=30.0, timeout=120)
+    # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+    result = run_world(crossed_waits, world_size=4, stall=30.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.reason.startswith("deadlock proved"), result.report()
     assert (
@@ -110,7 +116,8 @@ def test_groups_used_in_the_same_order_complete(late_rank):
     """No false proof: with rank 1 asleep before its step-1 collectives, ranks 0 and 3 wait in tp and rank 2 in dp
     (behind rank 0) for it; it may still act, so nothing is proved, and it comes (the stall window is longer)."""
     kwargs = {"crossed": False, "late_rank": late_rank}
-    result = run_world(crossed_waits, world_size=4, kwargs=kwargs, stall=10.0, timeout=120)
+    # fixed: 10 s against rank 1's 1.5 s sleep, and a sleeping rank is not waiting: its peers are never hung
+    result = run_world(crossed_waits, world_size=4, kwargs=kwargs, stall=10.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert result.divergence is None, result.report()
 
@@ -118,7 +125,8 @@ def test_groups_used_in_the_same_order_complete(late_rank):
 def test_a_receive_waiting_on_a_rank_in_a_collective_is_a_proved_deadlock():
     """A send or receive and a collective in one graph: rank 0 receives before the world's barrier, rank 1 sends
     only after it."""
-    result = run_world(crossed_waits, world_size=2, kwargs={"mixed": True}, stall=30.0, timeout=120)
+    # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+    result = run_world(crossed_waits, world_size=2, kwargs={"mixed": True}, stall=30.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.reason.startswith("deadlock proved"), result.report()
     assert "rank 0 waits in its recv #1 from rank 1, which rank 1 never sends (it is stuck in collective" in (
@@ -130,7 +138,8 @@ def test_a_receive_waiting_on_a_rank_in_a_collective_is_a_proved_deadlock():
 def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank():
     """``send(group_dst=1, group=g)`` in the group of ranks 2 and 3 goes to global rank 3: the tracing records the
     peer's global rank, so the pair (2, 3) is matched, the deadlock proved and rank 2 named (not ranks 0 and 1)."""
-    result = run_world(group_pipeline, world_size=4, kwargs={"short": True}, stall=30.0, timeout=120)
+    # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+    result = run_world(group_pipeline, world_size=4, kwargs={"short": True}, stall=30.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.reason.startswith("deadlock proved"), result.report()
     assert "rank 3 waits in its recv #3 from rank 2, which rank 2 never sends (it finished after 2 send(s)" in (
@@ -139,7 +148,7 @@ def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank()
     assert result.root_rank == 2, result.report()
     assert "rank 2 sent 2 message(s) to rank 3" in result.root_cause, result.report()
     assert result.ranks[3].where.startswith("in recv([8]) [from rank 2; process group of ranks 2, 3]"), result.report()
-    complete = run_world(group_pipeline, world_size=4, timeout=120)
+    complete = run_world(group_pipeline, world_size=4, timeout=WORLD_GUARD)
     assert complete.outcome == Outcome.COMPLETED and complete.divergence is None, complete.report()
 
 
@@ -148,11 +157,11 @@ def test_torch_pipelining_runs_on_gloo_and_a_killed_stage_is_named():
     """torch.distributed.pipelining (PipelineStage + ScheduleGPipe, 2 stages) runs on gloo CPU: completed with no
     divergence (its isend/irecv matched pair by pair); a stage killed at step 1 is the crash's root cause and its
     peer's error collateral. Slow: each rank imports torch.distributed.pipelining (5-25 s of a loaded machine)."""
-    complete = run_world(torch_pipeline, world_size=2, timeout=240)
+    complete = run_world(torch_pipeline, world_size=2, timeout=WORLD_GUARD)
     assert complete.outcome == Outcome.COMPLETED, complete.report()
     assert complete.divergence is None, complete.report()
     assert any(c.op == "isend" for c in complete.ranks[0].collectives), complete.report()
-    killed = run_world(torch_pipeline, world_size=2, faults=[RankKilled(rank=1, step=1)], timeout=240)
+    killed = run_world(torch_pipeline, world_size=2, faults=[RankKilled(rank=1, step=1)], timeout=WORLD_GUARD)
     assert killed.outcome == Outcome.CRASHED, killed.report()
     assert killed.root_rank == 1, killed.report()
     assert "rank 1 was killed by SIGKILL" in killed.root_cause, killed.report()

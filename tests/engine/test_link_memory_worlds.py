@@ -18,6 +18,7 @@ def test_out_of_memory_lasts_one_step_on_its_rank_only():
         memoryfns.allocate_each_step,
         world_size=2,
         kwargs={"catch": True},
+        # fixed: a long stall: no hang is expected; a rank allocating memory is computing, not waiting
         stall=10,
         faults=[OutOfMemory(rank=1, step=1)],
     )
@@ -67,6 +68,7 @@ def test_link_faults_act_on_a_script_worlds_ddp_buckets():
 def test_a_slow_link_longer_than_the_stall_window_is_a_straggler_not_a_hang():
     """The held-back rank sleeps in the fault, outside any collective: its peers wait on it, the world is not hung."""
     plan = [SlowLink(rank=1, step=1, op="all_reduce", delay=1.5)]
+    # fixed: below the 1.5 s delay on purpose: a sleeping rank is not waiting, so the rule, not the clock, decides
     result = run_world(rankfns.all_reduce_steps, world_size=2, stall=1.0, faults=plan)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert [f.how for f in result.fired] == ["held all_reduce back 1.5 s"]

@@ -16,6 +16,7 @@ from ddpfaults.faults import SkippedCollective, SlowLink
 from ddpfaults.judge.live.rendezvous import ABANDON_QUIET
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+# fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
 STALL, TIMEOUT = 10.0, 40.0  # nothing here may wait for the stall rule
 PROMPT = 1.0  # seconds from the deadlock forming to the verdict, at most (bench/bench_proof.py measures it)
 

@@ -15,6 +15,7 @@ from ddpfaults.judge.checks import resume
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.replay import world_command
 from ddpfaults.scenario import builtin_dir, load_function
+from processes import EVENT_GUARD
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import example, given, settings  # noqa: E402
@@ -22,12 +23,15 @@ from hypothesis import strategies as st  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
 
+# fixed: a long stall: no hang is expected; a restart's waits (a rank re-importing torch) are never one
+STALL = 10
+
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
 
 
 def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
     result = ddpfaults.run_world(
-        restartfns.counting, world_size=2, faults=[RankKilled(rank=1, step=2)], max_restarts=2, stall=10
+        restartfns.counting, world_size=2, faults=[RankKilled(rank=1, step=2)], max_restarts=2, stall=STALL
     )
     assert result.outcome == "completed", result.report()
     assert result.values == [(2, 1), (2, 1)]  # attempt 1 resumed at step 2 from attempt 0's file
@@ -45,7 +49,7 @@ def test_a_killed_world_restarts_whole_with_its_files_and_its_attempt_counted():
 
 def test_restarts_stop_at_the_limit_and_a_later_attempt_s_fault_acts_there_only():
     faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=1)]
-    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=1, stall=10)
+    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=1, stall=STALL)
     assert result.outcome == "crashed" and result.root_rank == 0, result.report()
     assert [a["outcome"] for a in result.attempts] == ["crashed", "crashed"]
     assert [a["root_rank"] for a in result.attempts] == [1, 0]
@@ -53,14 +57,14 @@ def test_restarts_stop_at_the_limit_and_a_later_attempt_s_fault_acts_there_only(
 
 def test_a_fault_of_an_attempt_never_reached_is_unfired_without_a_chance():
     faults = [RankKilled(rank=1, step=1), RankKilled(rank=0, step=1, attempt=2)]
-    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=2, stall=10)
+    result = ddpfaults.run_world(restartfns.counting, world_size=2, faults=faults, max_restarts=2, stall=STALL)
     assert result.outcome == "completed" and len(result.attempts) == 2, result.report()
     assert [(u.index, u.had_chance) for u in result.unfired] == [(1, False)]
 
 
 def test_a_rank_that_outlives_its_grace_period_is_sigkilled():
     result = ddpfaults.run_world(
-        restartfns.ignores_notice, world_size=2, faults=[Preempt(step=1, ranks=[1], grace=0.5)], stall=20
+        restartfns.ignores_notice, world_size=2, faults=[Preempt(step=1, ranks=[1], grace=0.5)], stall=STALL
     )
     assert result.outcome == "crashed" and result.root_rank == 1, result.report()
     assert "SIGKILL" in result.root_cause
@@ -76,7 +80,7 @@ def test_a_preempted_job_that_saved_with_dcp_is_reported_as_saved(asynchronous):
         world_size=2,
         kwargs={"asynchronous": asynchronous},
         faults=[Preempt(step=2, grace=20)],
-        stall=10,
+        stall=STALL,
     )
     assert result.outcome == "completed" and result.values == [2, 2], result.report()
     assert result.preemption["handled"] == [0, 1] and result.preemption["saved"] == [0, 1], result.report()
@@ -90,14 +94,14 @@ def test_a_handler_that_exits_on_the_notice_is_the_preemption_not_a_rank_s_error
     """Every rank's SIGTERM handler raises ``SystemExit(1)`` (a rank function's, a script's): each rank raised on
     its own, ended by the notice through its handler; the scheduler stopped the job, no rank is at fault."""
     function = ddpfaults.run_world(
-        restartfns.exits_on_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10
+        restartfns.exits_on_notice, world_size=world_size, faults=[Preempt(step=2)], stall=STALL
     )
     script = ddpfaults.run_script(
         os.path.join(SCRIPTS, "plain_train.py"),
         ["--exit-on-notice", "1"],
         world_size=world_size,
         faults=[Preempt(step=2)],
-        stall=10,
+        stall=STALL,
     )
     every = "ranks 0, 1" if world_size == 2 else "ranks 0-3"
     for result in (function, script):
@@ -114,7 +118,7 @@ def test_a_periodic_checkpoint_begun_before_the_notice_and_ended_after_it_is_no_
     which wait for that write and save nothing more: no rank saved after the notice, and the last checkpoint is
     step 1's (the step the write began at, not the one it ended in), one step lost."""
     result = ddpfaults.run_world(
-        restartfns.periodic_save_over_the_notice, world_size=world_size, faults=[Preempt(step=2)], stall=10
+        restartfns.periodic_save_over_the_notice, world_size=world_size, faults=[Preempt(step=2)], stall=STALL
     )
     assert result.outcome == "completed" and result.values == [2] * world_size, result.report()
     notice = {r.rank: next(e["t"] for e in r.events if e.get("effect") == "preempted") for r in result.ranks}
@@ -135,7 +139,7 @@ def test_dcp_is_tracked_when_imported_after_the_tracking_began():
         "from torch.distributed.checkpoint import state_dict_saver as s\n"
         "print({f.__code__.co_filename for f in (c.save, c.async_save, save, s.save, s.async_save)} == {dcp.__file__})"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EVENT_GUARD)
     assert done.stdout.strip() == "True", done.stderr
 
 
@@ -147,7 +151,7 @@ def test_a_restarted_script_keeps_its_directory_gets_a_fresh_store_and_resumes_b
         max_restarts=1,
         check_resume=True,
         cwd=tmp_path,
-        stall=10,
+        stall=STALL,
     )
     assert result.outcome == "completed", result.report()
     assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"]
@@ -166,7 +170,7 @@ def test_a_script_restart_shares_the_working_directory(tmp_path):
         faults=[RankKilled(rank=1, step=3)],
         max_restarts=1,
         cwd=tmp_path,
-        stall=10,
+        stall=STALL,
     )
     assert result.outcome == "completed" and len(result.attempts) == 2, result.report()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
@@ -180,7 +184,7 @@ RESUME = load_function(os.path.join(builtin_dir(), "scenario_resume.py") + ":res
 @given(rank=st.integers(0, 1), step=st.integers(1, 7))
 def test_saving_and_restoring_everything_resumes_bit_equal_wherever_the_kill(rank, step):
     result = ddpfaults.run_world(
-        RESUME, world_size=2, faults=[RankKilled(rank=rank, step=step)], max_restarts=1, check_resume=True, stall=10
+        RESUME, world_size=2, faults=[RankKilled(rank=rank, step=step)], max_restarts=1, check_resume=True, stall=STALL
     )
     assert result.outcome == "completed", result.report()
     assert result.resume["equivalent"], result.report()
@@ -200,7 +204,7 @@ def test_a_script_that_saves_and_restores_everything_resumes_bit_equal_wherever_
         faults=[RankKilled(rank=rank, step=step)],
         max_restarts=1,
         check_resume=True,
-        stall=10,
+        stall=STALL,
     )
     assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
     assert result.resume["equivalent"] and result.resume["steps"] == 8, result.report()
@@ -214,7 +218,7 @@ def test_a_script_that_restores_torch_s_rng_but_not_random_s_is_caught_naming_it
         faults=[RankKilled(rank=1, step=3)],
         max_restarts=1,
         check_resume=True,
-        stall=10,
+        stall=STALL,
     )
     assert result.outcome == "completed", result.report()
     first = result.resume["first_difference"]
@@ -235,7 +239,7 @@ def test_a_resume_check_whose_fault_never_ends_an_attempt_is_not_called_equivale
         faults=[RankKilled(rank=1, step=16 // world_size + 1)],  # steps 0-8 at 2 ranks, 0-4 at 4
         max_restarts=1,
         check_resume=True,
-        stall=10,
+        stall=STALL,
         require_faults_fire=False,
     )
     assert result.outcome == "completed" and len(result.attempts) == 1, result.report()
@@ -249,7 +253,7 @@ def test_two_optimizers_stepping_in_turn_resume_equivalent_and_a_state_left_out_
     """A GAN's two optimizers: killed at step 3 (each optimizer made 3 steps: records 0-5), resumed with both
     restored, the check calls it bit-equal; with the second optimizer's state left out, the difference is that
     optimizer's state at its own first resumed step (record 7), not a missing or extra step."""
-    run = dict(world_size=2, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    run = dict(world_size=2, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=STALL)
     kept = ddpfaults.run_world(restartfns.two_optimizers, **run)
     assert [a["outcome"] for a in kept.attempts] == ["crashed", "completed"], kept.report()
     assert kept.resume["bit_equal"], kept.report()
@@ -264,7 +268,9 @@ def test_a_script_killed_between_its_two_optimizers_steps_resumes_bit_equal(worl
     runs step 3, its replica runs it and checkpoints, and the restart resumes after it: nothing lost, bit-equal. With
     the second optimizer's state left out, the difference is that state at its first resumed step (5)."""
     script = os.path.join(os.path.dirname(__file__), "..", "support", "scripts", "two_optimizers.py")
-    run = dict(world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    run = dict(
+        world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=STALL
+    )
     kept = ddpfaults.run_script(script, **run)
     assert kept.attempts[0]["steps"][1] == 3 and kept.resume["bit_equal"], kept.report()  # rank 1 stopped at 3
     lost = ddpfaults.run_script(script, ["--lose-second"], **run)
@@ -277,7 +283,7 @@ def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind
     """DDP made anew reduces its first steps' gradients otherwise than a DDP that kept training: at 3+ ranks the sums
     differ in the last bits (at 2 they do not: the property tests above). The check calls the resume equivalent to
     rounding, not a lost state, and a state left out is still caught at the resumed step."""
-    run = dict(world_size=4, faults=[RankKilled(rank=3, step=2)], max_restarts=1, check_resume=True, stall=10)
+    run = dict(world_size=4, faults=[RankKilled(rank=3, step=2)], max_restarts=1, check_resume=True, stall=STALL)
     result = ddpfaults.run_world(RESUME, **run) if kind == "function" else ddpfaults.run_script(RESUME_SCRIPT, **run)
     assert [a["outcome"] for a in result.attempts] == ["crashed", "completed"], result.report()
     assert result.resume["equivalent"] and not result.resume["bit_equal"], result.report()
@@ -298,7 +304,9 @@ def test_at_four_ranks_a_full_resume_is_equivalent_to_rounding_and_says_why(kind
 def test_a_hyperparameter_the_resume_forgot_is_caught_beyond_rounding_where_the_run_resumed(world_size):
     """Everything the check digests is restored, but the resumed optimizer has weight decay 0: at 4 ranks, where a
     full resume differs in the last bits, the final state's values still tell the loss from rounding."""
-    run = dict(world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=10)
+    run = dict(
+        world_size=world_size, faults=[RankKilled(rank=1, step=3)], max_restarts=1, check_resume=True, stall=STALL
+    )
     lost = ddpfaults.run_world(restartfns.forgets_weight_decay, **run)
     assert [a["outcome"] for a in lost.attempts] == ["crashed", "completed"], lost.report()
     first = lost.resume["first_difference"]

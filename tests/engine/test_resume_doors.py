@@ -16,6 +16,7 @@ import pytest
 import ddpfaults
 import restartfns
 from ddpfaults.faults import RankKilled, WriterKilledMidSave
+from processes import EVENT_GUARD, WORLD_GUARD
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
 
@@ -23,7 +24,9 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "s
 BUFFER = os.path.join(SCRIPTS, "buffer_ckpt.py")
 REPLAY = os.path.join(SCRIPTS, "replay_epoch.py")
 KILL = [RankKilled(rank=1, step=5)]
-CHECK = {"faults": KILL, "max_restarts": 1, "check_resume": True, "stall": 20, "startup": 120}
+# fixed: a long stall: no hang is expected; a restart's waits (a rank re-importing torch) are never one
+STALL = 20
+CHECK = {"faults": KILL, "max_restarts": 1, "check_resume": True, "stall": STALL, "startup": WORLD_GUARD}
 
 #: each buggy resume of the trainer: its first difference (step, cause), killed at step 5 after 5 steps saved
 BUGS = {
@@ -89,10 +92,10 @@ def test_the_tutorial_s_replayed_epoch_is_named_at_its_first_replayed_step_thoug
 
 def test_run_check_resume_exits_1_on_the_tutorial_s_replayed_epoch(tmp_path):
     command = [
-        sys.executable, "-m", "ddpfaults", "run", REPLAY, "--world-size", "2", "--max-restarts", "1", "--stall", "20",
-        "--cwd", str(tmp_path), "--faults", "[RankKilled(rank=1, step=5)]", "--check-resume",
+        sys.executable, "-m", "ddpfaults", "run", REPLAY, "--world-size", "2", "--max-restarts", "1",
+        "--stall", str(STALL), "--cwd", str(tmp_path), "--faults", "[RankKilled(rank=1, step=5)]", "--check-resume",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=EVENT_GUARD)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "resume differs from step 4: rank 0 consumed at step 4 the batch" in done.stdout, done.stdout
 

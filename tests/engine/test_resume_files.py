@@ -11,6 +11,11 @@ import pytest
 
 import ddpfaults
 from ddpfaults.faults import RankKilled
+from processes import EVENT_GUARD, WORLD_GUARD
+
+# fixed: a long stall: no hang is expected; a restart's waits (a rank re-importing torch) are never one
+STALL = 20
+
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
 
@@ -35,7 +40,7 @@ def _check(workdir, argv, restart_argv, **more):
         check_resume=True,
         restart_argv=restart_argv,
         cwd=workdir,
-        stall=20,
+        stall=STALL,
         **more,
     )
 
@@ -68,23 +73,23 @@ def test_a_checkpoint_path_both_runs_share_is_refused_naming_it_and_the_fix(work
 
 def test_run_check_resume_exits_1_on_a_resume_that_differs_and_expect_resumed_equivalent_fails(workdir):
     command = [
-        sys.executable, "-m", "ddpfaults", "run", SCRIPT, "--world-size", "2", "--max-restarts", "1", "--stall", "20",
-        "--cwd", str(workdir), "--faults", "[RankKilled(rank=1, step=3)]",
+        sys.executable, "-m", "ddpfaults", "run", SCRIPT, "--world-size", "2", "--max-restarts", "1",
+        "--stall", str(STALL), "--cwd", str(workdir), "--faults", "[RankKilled(rank=1, step=3)]",
         "--restart-args", "--ckpt {run_dir}/c --init-from resume --lose optimizer",
     ]  # fmt: skip
     args = ["--", "--ckpt", "{run_dir}/c"]
-    differs = subprocess.run([*command, "--check-resume", *args], capture_output=True, text=True, timeout=300)
+    differs = subprocess.run([*command, "--check-resume", *args], capture_output=True, text=True, timeout=EVENT_GUARD)
     assert differs.returncode == 1, differs.stdout + differs.stderr
     assert "resume differs from step 3" in differs.stdout
     expected = subprocess.run(
-        [*command, "--expect", "resumed equivalent", *args], capture_output=True, text=True, timeout=300
+        [*command, "--expect", "resumed equivalent", *args], capture_output=True, text=True, timeout=EVENT_GUARD
     )
     assert expected.returncode == 1 and "MISMATCH" in expected.stdout, expected.stdout + expected.stderr
     held = subprocess.run(
         [*command, "--expect", "resume differs from step 3: optimizer_state", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=EVENT_GUARD,
     )
     assert held.returncode == 0, held.stdout + held.stderr
 
@@ -95,7 +100,7 @@ def test_a_dcp_checkpoint_directory_both_runs_share_is_refused(tmp_path):
     shared = str(tmp_path / "dcp")
     result = ddpfaults.run_world(
         restartfns.dcp_in, world_size=2, kwargs={"directory": shared}, faults=KILL, max_restarts=1,
-        check_resume=True, stall=20, startup=120,
+        check_resume=True, stall=STALL, startup=WORLD_GUARD,
     )  # fmt: skip
     first = result.resume["first_difference"]
     assert result.resume["equivalent"] is None and first["cause"] == "shared_file", result.report()

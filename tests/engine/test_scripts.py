@@ -15,6 +15,7 @@ from ddpfaults.engine import census
 from ddpfaults.engine.scripts import copy_cwd, world_directory
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.faults import DeviceMismatch, EmptyBatch, RankCrash, RankKilled, SkippedCollective, UnevenInputs
+from processes import EVENT_GUARD, WORLD_GUARD
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 PLAIN = os.path.join(SCRIPTS, "plain_train.py")
@@ -61,7 +62,8 @@ def test_scripts_that_free_ddp_after_destroying_their_group_never_deadlock():
     """plain_train.py destroys its group, then main() returns and frees its DDP model. ~ProcessGroupGloo used to
     deadlock there (the main thread joins a gloo thread holding the GIL that thread waits for): 8 of 10 fork-server
     worlds hung before destroyed groups were kept referenced (seams.keep_destroyed_groups)."""
-    outcomes = [run_script(PLAIN, world_size=4, stall=5, timeout=60).outcome for _ in range(6)]
+    # fixed: a short stall a completing world must not trip: load never makes every rank wait (starved = computing)
+    outcomes = [run_script(PLAIN, world_size=4, stall=5, timeout=WORLD_GUARD).outcome for _ in range(6)]
     assert outcomes == [Outcome.COMPLETED] * 6
 
 
@@ -192,7 +194,7 @@ def test_device_mismatch_and_uneven_inputs_act_at_the_seams():
     ],
 )
 def test_misbehaving_scripts_get_a_verdict_naming_the_cause(what, outcome, expected):
-    result = run_script(BAD, [what], world_size=2, timeout=60)
+    result = run_script(BAD, [what], world_size=2, timeout=WORLD_GUARD)
     assert result.outcome == outcome, result.report()
     assert expected in result.root_cause, result.report()
     if what in ("raise_at_import", "exit_message"):  # the script's line, never ddpfaults' own
@@ -246,7 +248,7 @@ def test_cli_refuses_code_in_faults():
         [sys.executable, "-m", "ddpfaults", "run", PLAIN, "--faults", "[__import__('os').system('echo pwned')]"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=EVENT_GUARD,
     )
     assert done.returncode == 2 and "pwned" not in done.stdout
     assert "is not a fault constructor call" in done.stderr
@@ -261,7 +263,10 @@ def test_concurrent_script_worlds_never_share_a_port(tmp_path):
         d.mkdir()
     probe = os.path.join(SCRIPTS, "probe.py")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda d: run_script(probe, [str(d)], world_size=2, timeout=120, stall=10), dirs))
+        results = list(
+            # fixed: a long stall: no hang is expected; two worlds share the cores here
+            pool.map(lambda d: run_script(probe, [str(d)], world_size=2, timeout=WORLD_GUARD, stall=10), dirs)
+        )
     assert [r.outcome for r in results] == [Outcome.COMPLETED] * 2
     ports = [json.loads((d / "rank0.json").read_text())["env"]["MASTER_PORT"] for d in dirs]
     assert ports[0] != ports[1]

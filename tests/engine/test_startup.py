@@ -18,13 +18,15 @@ from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.proc.tree import runnable
 from ddpfaults.spec import RunSpec
+from processes import EVENT_GUARD, WORLD_GUARD
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 BAD = os.path.join(SCRIPTS, "bad_scripts.py")
 
 
 def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
-    result = run_script(BAD, ["rank_1_never_joins"], world_size=3, startup=4, stall=1, timeout=60)
+    # fixed: the start-up limit this test checks is reached (a rank never joins); stall 1 s: the others wait
+    result = run_script(BAD, ["rank_1_never_joins"], world_size=3, startup=4, stall=1, timeout=WORLD_GUARD)
     assert result.outcome == "hung"
     assert result.reason == "start-up not finished after 4 s (not every rank joined the process group)"
     assert result.root_rank == 1
@@ -36,6 +38,7 @@ def test_a_rank_that_never_joins_is_named_at_the_start_up_limit(fork_server):
         "in init_process_group() at bad_scripts.py:25 in <module>"
     ] * 2
     assert result.elapsed < 4 + 3  # judged at the limit (plus stacks), not at the timeout
+    # fixed: the start-up limit given above, read back from the replay line
     assert "--startup 4 " in result.replay
 
 
@@ -64,6 +67,7 @@ def test_a_failed_rank_still_exiting_counts_as_failing_now():
 
 def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_path):
     # the process serves no stack request (it has no request thread): the dump never comes
+    # fixed: stands for "never returns": the test ends it (a signal, a kill, the judge) long before
     silent = "import time; print(1, flush=True); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", silent], stdout=subprocess.PIPE)
     try:
@@ -84,7 +88,8 @@ def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_
 def test_a_rank_calling_sys_exit_is_a_crash_every_time():
     # judged hung in 1 run of 5 once: its peers' wait was taken for a hang while the failed rank was still exiting
     for _ in range(5):
-        result = run_world(rankfns.exit_zero_at, world_size=2, stall=1, timeout=30)
+        # fixed: a short stall a crashing world must not trip: the regression this test guards against
+        result = run_world(rankfns.exit_zero_at, world_size=2, stall=1, timeout=WORLD_GUARD)
         assert result.outcome == "crashed", result.report()
         assert result.root_rank == 1 and result.root_cause.startswith("rank 1 raised SystemExit: 0"), result.report()
 
@@ -92,13 +97,15 @@ def test_a_rank_calling_sys_exit_is_a_crash_every_time():
 def test_runnable_tells_a_computing_process_from_a_sleeping_one():
     started = "import time\nprint(1, flush=True)\n"
     spinning = subprocess.Popen([sys.executable, "-c", started + "while True: pass"], stdout=subprocess.PIPE)
+    # fixed: stands for "never returns": the test ends it (a signal, a kill, the judge) long before
     sleeping = subprocess.Popen([sys.executable, "-c", started + "time.sleep(60)"], stdout=subprocess.PIPE)
     try:
         for proc in (spinning, sleeping):
             proc.stdout.readline()  # past its start-up, however long the machine's load makes it
         assert runnable(spinning.pid, samples=20)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + EVENT_GUARD
         while runnable(sleeping.pid) and time.monotonic() < deadline:
+            # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.01)  # from print to sleep: one statement, once the loaded machine gives it the CPU
         assert not any(runnable(sleeping.pid) for _ in range(20))  # asleep: never runnable again
         assert runnable(spinning.pid, samples=20)
@@ -110,6 +117,7 @@ def test_runnable_tells_a_computing_process_from_a_sleeping_one():
 
 def test_a_rank_never_started_is_not_live():
     # LocalWorld.run marks the live ranks it kills with a "killed" event: never one that never started
+    # fixed: a value handed to a pure function or refused before any world starts: no real time passes
     ranks = pool.RankSet(world_size=2, backend="gloo", start_method="forkserver", threads=1, timeout=10, warm=False)
     try:
         ranks.procs = [types.SimpleNamespace(pid=os.getpid(), exitcode=None), pool.Unstarted()]

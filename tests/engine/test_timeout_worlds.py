@@ -17,6 +17,7 @@ from ddpfaults.report.document import read_document
 SCRIPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "timed_train.py"
 )
+# fixed: the hard timeout these tests check fires; the warm ranks train for 60 s, far past it
 TIMEOUT, STALL = 5, 2
 
 
@@ -87,6 +88,7 @@ def test_a_world_stuck_at_its_timeout_stays_hung_and_names_the_rank_that_stopped
     """Rank 1 sleeps outside any collective at step 2 while rank 0 waits for it in DDP's gradient all_reduce:
     nothing moves in the stall window before the deadline, and the stall rule never applies (rank 1 is not
     waiting on its peers)."""
+    # fixed: a window shorter than rank 1's sleep: the rule (a sleeping rank is not waiting) decides, not the clock
     stall = 1
     if form == "function":
         result = run_world(

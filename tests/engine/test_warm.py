@@ -58,6 +58,7 @@ def test_a_healthy_world_is_reused_by_the_next_run_of_the_same_shape():
 )
 def test_a_non_data_fault_never_takes_a_warm_world_nor_gives_its_own_back(fault, outcome):
     warm = run_world(rankfns.all_reduce_steps, world_size=3)
+    # fixed: the hung case is called after this window; load never trips it in the others (a starved rank computes)
     faulty = run_world(rankfns.all_reduce_steps, world_size=3, faults=[fault], stall=0.5)
     assert not faulty.warm and faulty.outcome == outcome and not faulty.reused
     assert alive(_pids(faulty)) == [] and set(_pids(faulty)).isdisjoint(_pids(warm))
@@ -207,7 +208,7 @@ def test_a_data_only_world_is_pooled_again_and_a_reused_world_behaves_like_a_fre
 )
 def test_a_data_only_world_that_did_not_end_cleanly_is_torn_down(kwargs, plan, why):
     warm = run_world(loader_sums, world_size=2)
-    result = run_world(loader_sums, world_size=2, faults=plan, kwargs=kwargs, stall=2)
+    result = run_world(loader_sums, world_size=2, faults=plan, kwargs=kwargs)
     assert result.warm and not result.reused and alive(_pids(warm)) == [] and pool.warm_pids() == []
     if why == "crashed":
         assert result.outcome == "crashed" and "KeyError" in result.root_cause

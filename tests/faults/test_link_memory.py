@@ -20,6 +20,7 @@ from ddpfaults.faults import (
 )
 from ddpfaults.faults.base import check_plan
 from ddpfaults.faults.plan import parse_plan
+from processes import EVENT_GUARD
 
 FAULTS = [
     OutOfMemory(rank=1, step=2),
@@ -151,7 +152,9 @@ def test_only_bucket_link_faults_ask_for_the_comm_hook_on_their_ranks():
 
 
 def _child(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=EVENT_GUARD
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -86,6 +86,7 @@ def test_detached_zero_loss_hangs_with_rank_1_a_collective_ahead():
     """Measured under torchrun (2 ranks, 120 s; 3 ranks, 180 s): hung until the deadline, no rank exited.
     Rank 1's zero loss touches no parameter, so its DDP gradient all_reduce never happens: it moves on to
     Lightning's next collective (its per-step SIGTERM broadcast) while ranks 0 and 2 wait in the all_reduce."""
+    # fixed: the deadline that may call this hang (ranks waiting, not training): HUNG either way
     result = _empty_batch("detached", 3, timeout=60)
     assert result.outcome == Outcome.HUNG, result.report()
     assert result.root_rank == 1, result.report()

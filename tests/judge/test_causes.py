@@ -27,6 +27,7 @@ def notice(rank, step=2, signal=None, index=0):
 
 def _decide(ranks, plan=()):
     mark_collateral(ranks)
+    # fixed: a value handed to a pure function or refused before any world starts: no real time passes
     return decide(ranks, None, "ended", deadline=60, stall=5, cause=find_cause(ranks, plan))
 
 

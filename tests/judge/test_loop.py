@@ -10,6 +10,9 @@ from ddpfaults.judge.live import loop, rendezvous
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import RunSpec, StopReason
 
+# fixed throughout: every number here goes to a scripted observer whose Clock (monkeypatched into loop.time.monotonic)
+# only the test advances: no real time passes
+
 
 class Clock:
     """A monotonic clock the test advances (loop.watch reads time.monotonic)."""

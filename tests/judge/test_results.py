@@ -101,7 +101,9 @@ def make_world(outcome: Outcome = Outcome.HUNG, *, value=None, replay: str | Non
         elapsed=4.321,
         world_size=4,
         seed=1234,
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         stall=3.0,
+        # fixed: a value handed to a pure function or refused before any world starts: no real time passes
         timeout=60.0,
         divergence=Divergence(
             3,

@@ -8,6 +8,8 @@ import pytest
 from ddpfaults.judge.results import Collective, Divergence, DivergenceGroup, Outcome, RankResult, RankState
 from ddpfaults.judge.verdict import decide, last_progress, progressing, still_running, world_outcome
 
+# fixed throughout: deadlines and stall windows handed to the pure verdict (decide, world_outcome): no clock runs
+
 WALL0 = 1_795_000_000.0  # the wall clock at the world's start
 
 

@@ -18,7 +18,7 @@ import pytest
 from ddpfaults.report.document import read_document
 from plugin_user import SCENARIOS, STEPS, ddp_world_session, every_option_session
 from pluginruns import RUN_TIMEOUT, assert_no_orphans, isolate, run
-from processes import alive, descendants
+from processes import EVENT_GUARD, alive, descendants
 
 
 @pytest.fixture
@@ -63,6 +63,7 @@ def test_builtin_scenarios_collect_with_autoload_off_and_dash_p(user, monkeypatc
 def test_settings_resolve_command_line_then_environment_then_ini(user, monkeypatch):
     from ddpfaults.plugin import SETTINGS
 
+    # fixed: a setting resolved and read back: no world waits on it
     user.makeini("[pytest]\nddpfaults_world_size = 3\nddpfaults_seed = 4\nddpfaults_stall = 0.5\n")
     monkeypatch.setenv("DDPFAULTS_WORLD_SIZE", "5")
     config = user.parseconfigure("-p", "ddpfaults", "--ddpfaults-world-size=7")
@@ -298,7 +299,9 @@ def bad(ctx):
             "ERROR: ddpfaults: ini option ddpfaults_peer_failure: invalid value 'explode' (expected exit or linger)",
         ),
         (
+            # fixed: a value handed to a pure function or refused before any world starts: no real time passes
             ["--ddpfaults-stall=5"],
+            # fixed: a value handed to a pure function or refused before any world starts: no real time passes
             {"DDPFAULTS_TIMEOUT": "3"},
             "",
             "ERROR: ddpfaults: stall 5 s (from --ddpfaults-stall) must be shorter than timeout 3 s "
@@ -399,7 +402,8 @@ import rankfns_user
 @pytest.fixture
 def started_fork_server():
     """Start the fork server (and a warm world) before any timer runs."""
-    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=60)
+    # fixed: the guard's 600 s (EVENT_GUARD; tests/support is not importable in this session): no verdict depends on it
+    ddpfaults.run_world(rankfns_user.steps, world_size=2, timeout=600)
 
 '''
 
@@ -430,21 +434,27 @@ def test_world_deadline_and_each_pytest_timeout_method_leave_no_rank_behind(user
     user.makepyfile(
         test_timeouts=STARTED_FORK_SERVER
         + """
+# fixed: the pytest-timeout timer this test checks caps the world (asserted); the fork server started before
 @pytest.mark.timeout(4, func_only=True)
 def test_capped(started_fork_server, ddp_world):
     os.makedirs("pids_capped")
+    # fixed: longer than the 4 s timer on purpose: the plugin must cap it below (asserted)
     result = ddp_world.run(rankfns_user.idle, world_size=2, timeout=60, args=("pids_capped",))
     assert result.outcome == "hung" and result.timeout < 4 * 0.9
     assert result.reason.startswith("hard timeout")
 
+# fixed: the pytest-timeout timer this test checks ends the test; the world idles for ever
 @pytest.mark.timeout(2.5, method="signal", func_only=True)
 def test_signal_kill(started_fork_server):
     os.makedirs("pids_signal")
+    # fixed: longer than the 2.5 s timer on purpose: pytest-timeout's signal must end it
     ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids_signal",))
 
+# fixed: the pytest-timeout timer this test checks ends the session; the world idles for ever
 @pytest.mark.timeout(3, method="thread", func_only=True)
 def test_thread_kill(started_fork_server):
     os.makedirs("pids_thread")
+    # fixed: longer than the 3 s timer on purpose: pytest-timeout's thread must end it
     ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=60, args=("pids_thread",))
 """
     )
@@ -471,6 +481,7 @@ import rankfns_user
 
 def test_idles():
     os.makedirs("pids", exist_ok=True)
+    # fixed: the guard's 600 s (EVENT_GUARD; tests/support is not importable in this session): no verdict depends on it
     ddpfaults.run_world(rankfns_user.idle, world_size=2, timeout=600, args=("pids",))
 """
     )
@@ -482,14 +493,16 @@ def test_idles():
         deadline = time.monotonic() + RUN_TIMEOUT
         while len(list((user.path / "pids").glob("*.pid"))) < 2 and time.monotonic() < deadline:
             assert session.poll() is None, (user.path / "pytest.out").read_text()
+            # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.05)
         below = descendants(session.pid)
         ranks = [int(p.read_text()) for p in (user.path / "pids").glob("*.pid")]
         assert len(ranks) == 2 and set(ranks) < set(below), below  # the ranks and more: fork server, resource tracker
         session.send_signal(signum)
-        session.wait(timeout=120)
-        deadline = time.monotonic() + 60
+        session.wait(timeout=EVENT_GUARD)
+        deadline = time.monotonic() + EVENT_GUARD
         while alive(below) and time.monotonic() < deadline:
+            # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.05)
         assert alive(below) == [], f"still running after pytest got {signum.name}: {alive(below)}"
     finally:
@@ -511,6 +524,7 @@ def trains_for(ctx, seconds):
     while time.monotonic() < end:
         ctx.step(step)
         dist.all_reduce(t)
+        # fixed: a healthy job's pace (10 ms steps): it only has to outlast the 3 s deadline, which 60 s does
         time.sleep(0.01)
         step += 1
 '''
@@ -524,10 +538,12 @@ from ddpfaults.engine import pool
 
 @pytest.fixture
 def fork_server():
+    # fixed: the guard's 600 s (EVENT_GUARD; tests/support is not importable in this session): no verdict depends on it
     assert pool.fork_server_ready(timeout=600)  # a cold start (torch imported under load) is not the world's time
 
 
 def test_trains_past_its_deadline(fork_server, ddp_world):
+    # fixed: the hard timeout this test checks fires: the job trains for 60 s, 20 times the 3 s deadline
     ddp_world.run(trains_for, world_size=2, timeout=3, stall=1, args=(60,), expect="completed")
 """
 

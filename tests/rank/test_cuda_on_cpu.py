@@ -9,13 +9,14 @@ import sys
 import pytest
 
 from ddpfaults.rank.cuda_calls import maps
+from processes import EVENT_GUARD
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "cuda_probe.py")
 
 
 @pytest.fixture(scope="module")
 def seen():
-    done = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, PROBE], capture_output=True, text=True, timeout=EVENT_GUARD)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

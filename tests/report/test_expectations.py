@@ -18,6 +18,7 @@ from ddpfaults.judge.results import UnfiredFault
 from ddpfaults.report.chrome_trace import trace_document
 from ddpfaults.report.document import build_document, read_document, world_status, write_document
 from ddpfaults.report.html import render_html
+from processes import WORLD_GUARD
 
 RANKFNS = str(Path(rankfns.__file__))
 
@@ -221,7 +222,7 @@ def test_cli_run_json_is_a_report_document_the_html_command_draws(tmp_path, caps
     mis-expected ("crashed on rank 0": failed, exit 1). Each --json file is a document with the expectation, and
     ``html`` draws it with the pass or the failure."""
     faults = "[RankCrash(rank=1, step=1)]"
-    run = ["run", f"{RANKFNS}:all_reduce_steps", "--world-size", "2", "--faults", faults, "--timeout", "60"]
+    run = ["run", f"{RANKFNS}:all_reduce_steps", "--world-size", "2", "--faults", faults, "--timeout", str(WORLD_GUARD)]
     assert cli([*run, "--expect", "crashed on rank 1", "--json", str(tmp_path / "held.json")]) == 0
     assert "expected crashed on rank 1, observed crashed: OK" in capsys.readouterr().out
     assert cli([*run, "--expect", "crashed on rank 0", "--json", str(tmp_path / "failed.json")]) == 1
@@ -243,7 +244,7 @@ def test_cli_run_json_is_a_report_document_the_html_command_draws(tmp_path, caps
 
 
 def test_cli_run_json_without_expect_has_a_null_expectation_and_a_bad_expect_runs_nothing(tmp_path, capsys):
-    run = ["run", f"{RANKFNS}:all_reduce_steps", "--world-size", "2", "--timeout", "60"]
+    run = ["run", f"{RANKFNS}:all_reduce_steps", "--world-size", "2", "--timeout", str(WORLD_GUARD)]
     assert cli([*run, "--expect", "crashed on rank one", "--json", str(tmp_path / "bad.json")]) == 2
     assert "--expect: expect 'crashed on rank one': write one of 'completed'" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()
@@ -256,6 +257,7 @@ def timed_out_world() -> WorldResult:
     """Both ranks still training when the 5 s timeout came."""
     ranks = [RankResult(rank=r, state=RankState.RUNNING, last_step=165, timed_out=True) for r in range(2)]
     cause = "still training at the deadline: step 165 on every rank, last progress 0.02 s ago — raise the timeout (5 s)"
+    # fixed: a value handed to a pure function or refused before any world starts: no real time passes
     return WorldResult(Outcome.TIMED_OUT, ranks, cause, None, "hard timeout of 5 s reached", 5.0, 2, 3, timeout=5.0)
 
 

@@ -21,6 +21,7 @@ from ddpfaults.faults import RankCrash, SkippedCollective
 from ddpfaults.judge.verdict import first_divergence
 from ddpfaults.report.document import SCHEMA, ReportFileError, build_document, read_document, write_document
 from ddpfaults.report.html import render_html, write_html
+from processes import EVENT_GUARD, WORLD_GUARD
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -62,7 +63,8 @@ def empty_batch_naive(ctx, steps=4, empty_rank=2, empty_step=2):
 @pytest.fixture(scope="module")
 def hung4():
     """The empty-batch naive scenario at 4 ranks: hung, rank 2 one step ahead."""
-    result = run_world(empty_batch_naive, world_size=4, stall=1.0, timeout=60)
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+    result = run_world(empty_batch_naive, world_size=4, stall=1.0, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.HUNG and result.root_rank == 2, result.report()
     return result
 
@@ -89,7 +91,12 @@ def completed3():
 def hung16():
     """16 ranks; rank 9 skips its step-2 all_reduce, so it is one collective ahead and the others hang."""
     result = run_world(
-        rankfns.all_reduce_steps, world_size=16, stall=1.0, timeout=60, faults=[SkippedCollective(rank=9, step=2)]
+        rankfns.all_reduce_steps,
+        world_size=16,
+        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+        stall=1.0,
+        timeout=WORLD_GUARD,
+        faults=[SkippedCollective(rank=9, step=2)],
     )
     assert result.outcome == Outcome.HUNG and result.root_rank == 9, result.report()
     return result
@@ -98,6 +105,7 @@ def hung16():
 @pytest.fixture(scope="module")
 def skipped_last():
     """Rank 2 skips the all_reduce of the last step and finishes: it never calls collective #4."""
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = run_world(rankfns.all_reduce_steps, world_size=4, stall=1.0, faults=[SkippedCollective(rank=2, step=3)])
     assert result.outcome == Outcome.HUNG and "rank 2 never called it (finished)" in result.divergence.describe(), (
         result.report()
@@ -109,7 +117,12 @@ def skipped_last():
 def hung64():
     """64 ranks; rank 33 skips its step-2 all_reduce."""
     result = run_world(
-        rankfns.all_reduce_steps, world_size=64, stall=1.0, timeout=120, faults=[SkippedCollective(rank=33, step=2)]
+        rankfns.all_reduce_steps,
+        world_size=64,
+        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
+        stall=1.0,
+        timeout=WORLD_GUARD,
+        faults=[SkippedCollective(rank=33, step=2)],
     )
     assert result.outcome == Outcome.HUNG and result.root_rank == 33, result.report()
     return result
@@ -297,7 +310,7 @@ def test_plain_ddp_lanes_draw_the_collectives_only_the_flight_recorder_saw():
     """Plain DDP: the tracing sees no DDP collective, the flight recorder every one. Each rank's lane has one block
     per collective of its record: DDP's construction broadcasts and its gradient buckets' all_reduces, placed in
     the step the recorder says they were made in."""
-    result = run_world(rankfns.ddp_steps, world_size=2, kwargs={"wrap": "plain", "steps": 3}, timeout=60)
+    result = run_world(rankfns.ddp_steps, world_size=2, kwargs={"wrap": "plain", "steps": 3}, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED and {r.recorder for r in result.ranks} == {"flight recorder"}
     elements = _Elements(render_html(build_document([result])))
     for r in result.ranks:
@@ -345,7 +358,7 @@ def _chromium(tmp_path, *args) -> str:
         f"--user-data-dir={profile}",
         *args,
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=EVENT_GUARD)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -415,7 +428,7 @@ class _WebDriver:
         )
         self.base = f"http://127.0.0.1:{port}"
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + EVENT_GUARD
         while True:
             try:
                 if self._call("GET", "/status").get("ready"):
@@ -425,6 +438,7 @@ class _WebDriver:
             if time.monotonic() > deadline:
                 self.proc.kill()
                 raise RuntimeError("chromedriver did not start")
+            # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.1)
         options = {
             "binary": CHROMIUM,
@@ -449,7 +463,7 @@ class _WebDriver:
         request = urllib.request.Request(
             self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
-        with self.opener.open(request, timeout=60) as response:
+        with self.opener.open(request, timeout=EVENT_GUARD) as response:
             return json.loads(response.read())["value"]
 
     def open(self, url):
@@ -467,7 +481,7 @@ class _WebDriver:
             self._call("DELETE", self.session)
         finally:
             self.proc.terminate()
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=EVENT_GUARD)
 
 
 @needs_chromium

@@ -49,6 +49,7 @@ from ddpfaults.strategies import (  # noqa: E402
     whole_step_plans,
 )
 from ddpfaults.toy.models import state_digest  # noqa: E402
+from processes import EVENT_GUARD  # noqa: E402
 from property_rankfns import checkpoint_protocol, gather_sums, reference_training  # noqa: E402
 
 # The built-in scenarios are plain modules loaded by path, like a user's: load_module puts scenarios/ on sys.path
@@ -279,7 +280,7 @@ def test_importing_ddpfaults_never_imports_hypothesis():
         "assert 'hypothesis' not in sys.modules, sorted(k for k in sys.modules if 'hypothesis' in k)[:5]\n"
         "import ddpfaults.strategies\nassert 'hypothesis' in sys.modules\nprint(len(sys.argv))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EVENT_GUARD, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert len(modules) >= 15
 

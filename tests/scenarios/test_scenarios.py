@@ -11,6 +11,7 @@ import pytest
 from cli import ddpfaults_cli
 from ddpfaults.scenario import builtin_dir, discover
 from ddpfaults.spec import RunSpec
+from processes import EVENT_GUARD
 
 CASES = discover()
 #: the scenario modules whose worlds shard with FSDP2 and checkpoint with DCP (no DDP in them)
@@ -265,7 +266,10 @@ def test_matrix_markdown_exits_1_on_a_mismatch(tmp_path, capsys, monkeypatch):
 )
 def test_matrix_bad_input_is_one_error_line_and_exit_2(tmp_path, make_path, message):
     proc = subprocess.run(  # refused before torch is imported: the interpreter's own exit status and output
-        [sys.executable, "-m", "ddpfaults", "matrix", make_path(tmp_path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "ddpfaults", "matrix", make_path(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=EVENT_GUARD,
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""

@@ -119,6 +119,7 @@ def crossed_waits(ctx, crossed=True, mixed=False, steps=2, late_rank=None):
     for step in range(steps):
         ctx.step(step)
         if step == 1 and rank == late_rank:
+            # fixed: late by 1.5 s against its test's 10 s stall: a wide margin, and a sleeping rank is not waiting
             time.sleep(1.5)
         if crossed and step == 1 and rank in (1, 2):
             dist.barrier(group=mine["dp"])

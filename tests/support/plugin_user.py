@@ -29,6 +29,7 @@ def idle(ctx, directory):
         f.write(str(os.getpid()))
     ctx.step(0)
     while True:
+        # fixed: an idle rank's nap: it idles until the test ends it
         time.sleep(0.05)
 '''
 
@@ -44,6 +45,7 @@ def completes(ctx):
     return steps(ctx)
 
 
+# fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
 @ddpfaults.scenario(world_size=2, stall=0.5, faults=[SkippedCollective(rank=1, step=1)], expect="completed")
 def skips_a_collective(ctx):
     """Rank 1 skips step 1's all_reduce: the world hangs, but this scenario claims it completes."""
@@ -88,6 +90,7 @@ import pytest
 import rankfns_user
 from ddpfaults.faults import SkippedCollective
 
+# fixed: a setting read back from the marker (asserted): the world completes
 @pytest.mark.ddpfaults(world_size=3, stall=0.5, seed=5)
 def test_marker(ddp_world):
     result = ddp_world.run(rankfns_user.steps)
@@ -95,10 +98,12 @@ def test_marker(ddp_world):
     assert result.values == [27.0] * 3
 
 def test_asserted_hang(ddp_world):
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     result = ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)])
     assert result.outcome == "completed"
 
 def test_expected_hang(ddp_world):
+    # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
     ddp_world.run(rankfns_user.steps, world_size=2, stall=0.5, faults=[SkippedCollective(rank=0, step=1)],
                   expect="hung in all_reduce")
 """

@@ -12,10 +12,11 @@ import time
 import pytest
 
 from ddpfaults.engine import census
+from processes import EVENT_GUARD
 
 #: seconds: a pytester run that takes longer is itself a failure, not a hang. A guard, not a measure of speed: a
 #: session starting its fork server cold and running a few worlds took over 90 s at load 6-12 on 2 cores
-RUN_TIMEOUT = 600
+RUN_TIMEOUT = EVENT_GUARD
 
 
 def isolate(pytester, monkeypatch, **files):
@@ -44,13 +45,14 @@ def _report(directory):
     return json.loads(path.read_text()) if path.exists() else {"schema": None, "worlds": []}
 
 
-def assert_no_orphans(document=None, pid_dir=None, wait=5.0):
+def assert_no_orphans(document=None, pid_dir=None, wait=EVENT_GUARD):
     """Orphan census of a subprocess run: every rank pid (JSON report or pid files) must be gone."""
     pids = [r["pid"] for w in (document or {}).get("worlds", []) for r in w["ranks"] if r["pid"]]
     if pid_dir is not None:
         pids += [int(p.read_text()) for p in pid_dir.glob("*.pid")]
     deadline = time.monotonic() + wait
     while census.survivors(pids) and time.monotonic() < deadline:
+        # fixed: the poll interval: the event ends the wait, this only spaces the looks
         time.sleep(0.05)
     assert census.survivors(pids) == []
     return pids

@@ -42,7 +42,15 @@ def descendants(pid: int) -> list[int]:
 
 #: seconds a test waits for an event of a process that is still running (a launcher starting its world): only a guard
 #: against a hang, never a measure of speed (a cold fork server under load 12 on 2 cores takes over a minute)
-EVENT_GUARD = 600
+EVENT_GUARD = 600  # fixed: a guard only: a wait that reaches it has failed its test; nothing passes by its length
+
+#: seconds: the hard timeout of a world whose test judges it by something else (it completes, crashes, the stall rule
+#: or a deadlock proof ends it). It only ends a world that has already failed its test, and it bounds start-up too
+#: (start-up may take at most the timeout), so a short one would fail a cold start under load, never a hang sooner
+WORLD_GUARD = EVENT_GUARD
+
+#: seconds between two looks of a polling wait: the event ends the wait, this only spaces the looks
+POLL = 0.05
 
 
 def wait_for(predicate, timeout: float, what: str, *, process=None):
@@ -55,7 +63,7 @@ def wait_for(predicate, timeout: float, what: str, *, process=None):
             return value
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the process ended (exit code {process.returncode}) before {what}")
-        time.sleep(0.05)
+        time.sleep(POLL)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 

@@ -21,7 +21,7 @@ if __name__ == "__main__":
         sys.exit(3)
     if what == "rank_1_never_joins":
         if os.environ["RANK"] == "1":
-            time.sleep(3600)  # stuck before init_process_group (e.g. loading data): it never joins
+            time.sleep(3600)  # fixed: stuck before init_process_group (e.g. loading data): never joins
         dist.init_process_group("gloo")
     if what == "exit_message":  # as pytorch/examples' scripts do without GPUs, before any collective
         sys.exit("Unable to locate sufficient gpus to run this example. Exiting.")
