@@ -224,7 +224,7 @@ def _left_the_block(ranks: list[RankResult], inside: list, outside: list, block,
     common = set.intersection(*(ran[r] for r in inside))
     for step in sorted(s for s in common if s is not None):
         if all(step in made[r] and step not in ran[r] for r in outside):
-            before = sorted(s for s in set.intersection(*(ran[r] for r in outside)) if s is not None)
+            before = sorted(s for s in set().union(*(ran[r] for r in outside)) if s is not None)
             who, earlier = ("it" if len(outside) == 1 else "they"), format_ranks(before, "step")
             return Evidence(
                 tuple(outside),
