@@ -17,34 +17,22 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def timed_pytest(args: list[str], cwd: str, env: dict) -> tuple[float, str]:
+    """Wall seconds of one ``python -m pytest`` run with ``args`` in ``cwd``, and its summary line."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
+    return wall, (lines[-1] if lines else done.stdout[-300:])
+
+
 def run_suite(workers: int, reuse: bool, **environ: str | None) -> tuple[float, str]:
     """Wall seconds of one pytest run of the built-in scenarios, and its summary line; ``environ`` sets (or, with
     None, removes) environment variables of the run."""
     env = {**os.environ, "DDPFAULTS_REUSE": "1" if reuse else "0", **environ}
     env = {k: v for k, v in env.items() if v is not None}
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "ddpfaults",
-            "scenarios/",
-            "-q",
-            "-n",
-            str(workers),
-            "-p",
-            "no:randomly",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    return wall, (lines[-1] if lines else done.stdout[-300:])
+    args = ["-p", "ddpfaults", "scenarios/", "-q", "-n", str(workers), "-p", "no:randomly"]
+    return timed_pytest(args, ROOT, env)
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
+
+from bench_suite import timed_pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = "b18b9bdd425b848e6ff456365c11faaf6d0f342b"  # main when issue 51's work began (428 s then on a fresh clone)
@@ -23,18 +23,7 @@ BASE = "b18b9bdd425b848e6ff456365c11faaf6d0f342b"  # main when issue 51's work b
 
 def run_tests(tree: str) -> tuple[float, str]:
     """Wall seconds of the README's test command in ``tree``, and its summary line."""
-    env = {**os.environ, "PYTHONPATH": tree}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "3", "-q", "-p", "no:cacheprovider"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - started
-    lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    return wall, (lines[-1] if lines else done.stdout[-300:])
+    return timed_pytest(["-n", "3", "-q", "-p", "no:cacheprovider"], tree, {**os.environ, "PYTHONPATH": tree})
 
 
 def main() -> None:
