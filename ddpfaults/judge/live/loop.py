@@ -156,17 +156,18 @@ class CpuWindow:
         sample is taken, the looks alone). One look catches a rank that polls at its wake-up now and then: where
         demand is counted, it alone decides."""
         elapsed = max(time.monotonic() - self.taken, 1e-3) if self.taken is not None else None
-        found = []
+        found, unknown = set(), []
         for i in indices:
             demand = self.observer.demand(i) if i in self.demand else None
             if elapsed is not None and demand is not None:
-                computing = (demand - self.demand[i]) / elapsed > COMPUTING_DEMAND
+                if (demand - self.demand[i]) / elapsed > COMPUTING_DEMAND:
+                    found.add(i)
+            elif elapsed is not None and i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]:
+                found.add(i)
             else:
-                ran = elapsed is not None and i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]
-                computing = ran or self.observer.any_runnable([i])
-            if computing:
-                found.append(i)
-        return found
+                unknown.append(i)
+        found |= self.observer.seen_runnable(unknown) if unknown else set()
+        return [i for i in indices if i in found]
 
 
 def _forget_stacks_before_failure(observer: Observer, live: list[int]) -> None:

@@ -58,12 +58,19 @@ class Observer:
         """True if the main thread (``threads``: any thread) of any of the ranks is runnable in one of
         :data:`RUNNABLE_LOOKS` looks over them all, :data:`RUNNABLE_GAP` s apart: a process starved of CPU is seen
         runnable at some look, one that waits at none."""
+        return bool(self.seen_runnable(indices, threads=threads, first=True))
+
+    def seen_runnable(self, indices: list[int], threads: bool = False, first: bool = False) -> set[int]:
+        """The ranks among ``indices`` seen runnable (as :meth:`any_runnable` looks; ``first``: stop at the first
+        look that sees one)."""
+        found: set[int] = set()
         for look in range(RUNNABLE_LOOKS):
-            if any(self.runnable(i, threads=threads) for i in indices):
-                return True
+            found |= {i for i in indices if i not in found and self.runnable(i, threads=threads)}
+            if (found and first) or len(found) == len(indices):
+                break
             if look + 1 < RUNNABLE_LOOKS:
                 time.sleep(RUNNABLE_GAP)
-        return False
+        return found
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""
