@@ -15,6 +15,7 @@ lazily: this module is loaded on every pytest start.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import os
@@ -193,7 +194,7 @@ def _record(item, result, expectation=None):
     """Keep ``result`` (with its ``expectation``, if any) for ``item``'s report, JSON report and JUnit properties;
     return it as kept: a new result, the same but for its replay line (pytest's)."""
     item.stash.setdefault(_RECORDED, set()).add(id(result))
-    result = result.assembled(replay=_replay(item, result))
+    result = dataclasses.replace(result, replay=_replay(item, result))
     record = {
         "nodeid": item.nodeid,
         "expectation": expectation.to_dict() if expectation is not None else None,
@@ -411,7 +412,7 @@ class _Collector:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self):
         """Write ``--ddpfaults-report`` (every world of the run, with its expectation and whether it held, in
-        one ``ddpfaults.report/3`` document), ``--ddpfaults-html`` (the same worlds as one swimlane page) and
+        one ``ddpfaults.report/4`` document), ``--ddpfaults-html`` (the same worlds as one swimlane page) and
         ``--ddpfaults-trace`` (their timelines as one Chrome Trace Event file)."""
         if not (self.settings.report or self.settings.html or self.settings.trace):
             return

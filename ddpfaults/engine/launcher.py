@@ -216,7 +216,7 @@ class LocalWorld(Observer):
                 ranks = [
                     dataclasses.replace(r, events=[*r.events, killed]) if i in alive else r for i, r in enumerate(ranks)
                 ]
-            return verdict.assembled(ranks=ranks, reused=keep, **found)
+            return dataclasses.replace(verdict, ranks=ranks, reused=keep, **found)
         finally:
             if self.ranks is not None:
                 if keep:

@@ -12,6 +12,7 @@ compared (:mod:`ddpfaults.judge.checks.resume`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable
 
@@ -63,7 +64,7 @@ def run_attempts(start: Callable[[int], WorldResult], plan: Plan, max_restarts: 
     is returned as it is."""
     if max_restarts == 0:
         result = start(0)
-        return result.assembled(resume_records=[result.resume_records])
+        return dataclasses.replace(result, resume_records=[result.resume_records])
     results = []
     for attempt in range(max_restarts + 1):
         results.append(start(attempt))
@@ -84,7 +85,8 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
     attempt's that was preempted (each attempt's own stays in ``attempts``)."""
     unfired = [u for k, r in enumerate(results) for u in own_unfired(r, plan, k)]
     last = _torn_before(results, plan)
-    return last.assembled(
+    return dataclasses.replace(
+        last,
         attempts=[summary(r, k) for k, r in enumerate(results)],
         resume_records=[r.resume_records for r in results],
         unfired=unfired + [UnfiredFault(i, repr(f)) for i, f in enumerate(plan) if f.attempt >= len(results)],
@@ -104,7 +106,7 @@ def _torn_before(results: list[WorldResult], plan: Plan) -> WorldResult:
         before = tuple(f for r in results[attempt].ranks for f in r.fired)
         cause = torn_file(last.ranks, plan, before=before, attempt=attempt)
         if cause is not None:
-            return last.assembled(cause=cause, root_rank=cause.culprit, root_cause=cause.describe())
+            return dataclasses.replace(last, cause=cause, root_rank=cause.culprit, root_cause=cause.describe())
     return last
 
 
@@ -131,11 +133,11 @@ def checking_resume(run: Callable[..., WorldResult], plan: Plan, spec) -> WorldR
         return run(plan)
     result = run(plan)
     if len(result.resume_records) < 2:  # one attempt: nothing resumed
-        return result.assembled(resume=resume.not_resumed(str(result.outcome)))
+        return dataclasses.replace(result, resume=resume.not_resumed(str(result.outcome)))
     baseline = run(Plan((), plan.world_size), resume.watch(result.resume_records))
     if baseline.outcome != Outcome.COMPLETED:
-        return result.assembled(resume=resume.unchecked(str(baseline.outcome), baseline.root_cause))
-    return result.assembled(resume=resume.compare(baseline.resume_records[0], result.resume_records))
+        return dataclasses.replace(result, resume=resume.unchecked(str(baseline.outcome), baseline.root_cause))
+    return dataclasses.replace(result, resume=resume.compare(baseline.resume_records[0], result.resume_records))
 
 
 def finished_world(run: Callable[[Plan], WorldResult], plan: Plan, spec, require_faults_fire: bool) -> WorldResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import FrozenInstanceError, InitVar, asdict, dataclass, field, fields
+from dataclasses import InitVar, asdict, dataclass, field, fields
 from typing import Any
 
 from ddpfaults.errors import ConfigError
@@ -37,6 +37,23 @@ class RankState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Busy(str, enum.Enum):
+    """What kept a live rank busy when a deadline stopped its world (:attr:`RankResult.busy`): slow, not stuck, so
+    the world timed out with no culprit."""
+
+    STARTING = "starting"  # never joined the process group; still importing, computing or not yet answering
+    COMPUTING = "computing"  # its main thread runnable, or running in the last quiet spell, when the timeout came
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, starting: bool, computing: bool) -> Busy | None:
+        """A rank's ``busy`` from what the judge found: starting if it never joined the process group (whether or not
+        it computed), else computing, else None (idle)."""
+        return cls.STARTING if starting else cls.COMPUTING if computing else None
 
 
 _STATE_OUTCOME = {
@@ -320,8 +337,7 @@ class RankResult:
     output: str = ""  # the captured stdout+stderr (tail)
     events: list[dict] = field(default_factory=list)  # timeline, t in seconds since world start
     timed_out: bool = False  # still running (or blocked) when its world timed out while making progress
-    starting: bool = False  # never joined the process group and still starting (importing, computing) when judged
-    computing: bool = False  # its main thread runnable or running in the last quiet spell when the timeout came
+    busy: Busy | None = None  # what kept it busy when a deadline stopped the world (starting, computing); None: idle
     wrapped: list[dict] = field(default_factory=list)  # the modules it wrapped in DDP/FSDP, their state's digest
 
     @property
@@ -336,6 +352,7 @@ class RankResult:
         """A JSON-ready dict (the value is kept if JSON can hold it, else its repr)."""
         data = asdict(self)
         data["state"] = str(self.state)
+        data["busy"] = None if self.busy is None else str(self.busy)
         data["outcome"] = str(self.outcome)
         try:
             json.dumps(self.value)
@@ -345,10 +362,13 @@ class RankResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> RankResult:
-        """Inverse of :meth:`to_dict` (values that were repr'd stay strings)."""
+        """Inverse of :meth:`to_dict` (values that were repr'd stay strings). A document of version 3 or before gives
+        ``busy`` as two flags, ``starting`` and ``computing``: read as ``busy`` (starting first)."""
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["state"] = RankState(kwargs["state"])
+        busy = data["busy"] if "busy" in data else Busy.of(bool(data.get("starting")), bool(data.get("computing")))
+        kwargs["busy"] = None if busy is None else Busy(busy)
         kwargs["collectives"] = [Collective(**c) for c in kwargs.get("collectives", [])]
         kwargs["fired"] = [FiredFault(**f) for f in kwargs.get("fired", [])]
         return cls(**kwargs)
@@ -369,11 +389,14 @@ SPEC_FIELDS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorldResult:
     """What a world did: its verdict, why, and every rank's result in rank order; ``spec`` is the run spec it ran
     with (:data:`SPEC_FIELDS` given instead make it), ``launcher`` who started its ranks (``"torchrun"``: torchrun's
-    agent, whatever the spec's ``start_method``)."""
+    agent, whatever the spec's ``start_method``).
+
+    Frozen: a result others hold never changes. Whoever knows more after the verdict (the engine's pool, the
+    attempts merged, the resume check, the replay line) makes a new one with ``dataclasses.replace``."""
 
     outcome: Outcome
     ranks: list[RankResult]
@@ -416,33 +439,24 @@ class WorldResult:
     def __post_init__(self, *given):
         values = dict(zip(SPEC_FIELDS, given, strict=True))
         if values["start_method"] == "torchrun":
-            self.launcher, values["start_method"] = "torchrun", None
+            object.__setattr__(self, "launcher", "torchrun")  # frozen: the dataclass's own way to set a field
+            values["start_method"] = None
         if self.spec is None:
-            self.spec = _spec_of(values)
-        elif any(value is not None for value in values.values()):
-            raise TypeError("WorldResult: give the run settings as spec=, or as fields, not both")
+            object.__setattr__(self, "spec", _spec_of(values))
+            return
+        # dataclasses.replace passes the settings on as this result reads them from its spec: only another value is
+        # a second answer
+        differing = [f"{k}={v!r}" for k, v in values.items() if v is not None and v != getattr(self, k)]
+        if differing:
+            raise TypeError(
+                f"WorldResult: give the run settings as spec=, or as fields, not both ({', '.join(differing)} given "
+                f"with a spec that says otherwise)"
+            )
 
     @property
     def values(self) -> list:
         """Each rank's return value, in rank order."""
         return [r.value for r in self.ranks]
-
-    def assembled(self, **changes) -> WorldResult:
-        """A new result: this one with ``changes`` (fields), assembled. An assembled result refuses any change
-        (:class:`dataclasses.FrozenInstanceError`): the engine assembles a world's result once, from the judge's
-        verdict and what is known after it (the pool's word, the attempts, the resume check's finding), and a reader
-        that wants it different makes another (``assembled`` again), never changing the one others hold."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}  # the settings come with the spec
-        result = WorldResult(**{**values, **changes})
-        object.__setattr__(result, "_assembled", True)
-        return result
-
-    def __setattr__(self, name: str, value) -> None:
-        if self.__dict__.get("_assembled"):
-            raise FrozenInstanceError(
-                f"cannot assign to field {name!r}: this WorldResult is assembled (its assembled() makes a new one)"
-            )
-        object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the whole world (its spec's settings as fields of it, :data:`SPEC_FIELDS`)."""

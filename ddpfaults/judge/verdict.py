@@ -12,6 +12,7 @@ from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import (
     POINT_TO_POINT,
+    Busy,
     Cause,
     Collective,
     Divergence,
@@ -285,7 +286,7 @@ def world_outcome(
 ) -> Outcome:
     """completed if every rank finished; timed out if the hard timeout, ``deadline`` seconds after the start,
     stopped a world still making progress (:func:`progressing`, ``stall`` its window), or it or the start-up limit
-    found a rank still starting (:attr:`RankResult.starting`: importing, computing; no rank failed); hung if the
+    found a rank still starting (:attr:`RankResult.busy` starting: importing, computing; no rank failed); hung if the
     world was stopped otherwise (stall, start-up limit, or a timeout that found it stuck); else crashed."""
     if reason == StopReason.TIMEOUT and deadline is not None and progressing(ranks, deadline, stall):
         return Outcome.TIMED_OUT
@@ -317,10 +318,11 @@ def last_progress(ranks: list[RankResult], until: float = math.inf) -> float | N
 def progressing(ranks: list[RankResult], deadline: float, stall: float) -> bool:
     """True if the world was still making progress at ``deadline`` (seconds since its start): no rank raised or
     died, and its :func:`last_progress` came less than ``stall`` seconds before the deadline, or a rank was
-    :attr:`~RankResult.computing` then (starved of CPU, it writes events seldom: slow, not stuck)."""
+    :attr:`~RankResult.busy` then (still starting, or computing: starved of CPU, it writes events seldom; slow, not
+    stuck)."""
     if any(r.state in (RankState.RAISED, RankState.DIED) for r in ranks):
         return False
-    if any(r.computing for r in ranks):
+    if any(r.busy is not None for r in ranks):
         return True
     last = last_progress(ranks, until=deadline)
     return last is not None and deadline - last < stall
@@ -330,7 +332,7 @@ def starting(ranks: list[RankResult]) -> list[RankResult]:
     """The ranks still starting in a world where no rank raised or died ([] if any did: a failure decides)."""
     if any(r.state in (RankState.RAISED, RankState.DIED) for r in ranks):
         return []
-    return [r for r in ranks if r.starting]
+    return [r for r in ranks if r.busy == Busy.STARTING]
 
 
 def still_starting(ranks: list[RankResult]) -> str:

@@ -1,6 +1,6 @@
 """The session report file: one JSON document holding every world's result and timeline.
 
-The document is ``{"schema": "ddpfaults.report/3", "worlds": [world, ...]}`` where each world is
+The document is ``{"schema": "ddpfaults.report/4", "worlds": [world, ...]}`` where each world is
 :meth:`WorldResult.to_dict` plus an optional ``"nodeid"`` (the pytest test that ran it) and its
 ``"expectation"`` (:meth:`ddpfaults.expect.Expectation.to_dict`: what the world had to do and whether it
 did; null for a world run without one). Every field is described in ``docs/report-schema.md``.
@@ -23,10 +23,11 @@ from ddpfaults.expect import Expectation
 from ddpfaults.judge.results import WorldResult
 
 #: The schema (and version) string every report document carries; see docs/report-schema.md.
-SCHEMA = "ddpfaults.report/3"
-#: The schemas this version reads: its own, and version 2 (a version-2 document is a valid version 3 one whose
-#: collectives are numbered by position)
-READS = ("ddpfaults.report/2", SCHEMA)
+SCHEMA = "ddpfaults.report/4"
+#: The schemas this version reads: its own, version 3 (a rank's ``busy`` given as two flags, ``starting`` and
+#: ``computing``: ``RankResult.from_dict`` reads them) and version 2 (a version 3 one whose collectives are numbered by
+#: position)
+READS = ("ddpfaults.report/2", "ddpfaults.report/3", SCHEMA)
 
 
 def build_document(worlds, nodeids=None, expectations=None, tests=None) -> dict:
@@ -122,7 +123,8 @@ def check_document(document, *, source: str | None = None) -> None:
         raise ReportFileError(f'{what} has no "schema" key: not a ddpfaults report ({SCHEMA})')
     if schema not in READS:
         raise ReportFileError(
-            f"{what} has schema {schema!r}; this version of ddpfaults reads {' and '.join(map(repr, READS))} only"
+            f"{what} has schema {schema!r}; this version of ddpfaults reads {', '.join(map(repr, READS[:-1]))} and "
+            f"{READS[-1]!r} only"
         )
     worlds = document.get("worlds")
     if not isinstance(worlds, list):

@@ -13,6 +13,7 @@ restarts on any failed worker) ends at once with the same exit code instead of r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from ddpfaults.engine import restarts
@@ -93,7 +94,7 @@ def conclude(run_store, result: WorldResult, env, faults) -> WorldResult | None:
     if env.max_restarts == 0:
         return result
     if env.restart < env.max_restarts and restarts.restarted(result):
-        kept = result.assembled(unfired=restarts.own_unfired(result, faults, env.restart))
+        kept = dataclasses.replace(result, unfired=restarts.own_unfired(result, faults, env.restart))
         run_store.set(f"attempt/{env.restart}", kept.to_json())
         return None
     earlier = [_earlier(run_store, k) for k in range(env.restart)]

@@ -22,6 +22,7 @@ seconds since ``t0``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import socket
@@ -286,7 +287,7 @@ def judge_store_world(store, *, spec: RunSpec, t0_wall: float, holds_seat, **abo
         result = loop.judge(world, spec, reason, launcher="torchrun", **about)
     except SeatLost:
         return None
-    return result.assembled(preemption=recovery.preemption(result))
+    return dataclasses.replace(result, preemption=recovery.preemption(result))
 
 
 def _death_text(w: StoreRankWatch, output: str) -> str:

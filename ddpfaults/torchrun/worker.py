@@ -96,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--report",
         metavar="PATH.json",
-        help="the judge writes the world as a ddpfaults.report/3 document here (on its own node)",
+        help="the judge writes the world as a ddpfaults.report/4 document here (on its own node)",
     )
     for param in settable(TORCHRUN):
         default = f"the scenario's, else {param.text(param.default)}" if SCENARIO in param.places else param.default

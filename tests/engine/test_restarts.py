@@ -321,8 +321,7 @@ def test_a_restarted_world_s_preemption_is_the_world_s_each_attempt_keeps_its_ow
     from ddpfaults.judge.results import Outcome, WorldResult
 
     notice = {"step": 6, "notified": [0, 1], "handled": [], "saved": [], "steps_lost": 3}
-    first = WorldResult(Outcome.CRASHED, [], "preempted", None, "ended", 1.0)
-    first.preemption = notice
+    first = WorldResult(Outcome.CRASHED, [], "preempted", None, "ended", 1.0, preemption=notice)
     last = WorldResult(Outcome.COMPLETED, [], "", None, "ended", 1.0)
     merged = restarts.merge([first, last], Plan((), 2))
     assert merged.preemption == notice

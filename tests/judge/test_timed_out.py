@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpfaults.judge.results import Collective, Divergence, DivergenceGroup, Outcome, RankResult, RankState
+from ddpfaults.judge.results import Busy, Collective, Divergence, DivergenceGroup, Outcome, RankResult, RankState
 from ddpfaults.judge.verdict import decide, last_progress, progressing, still_running, world_outcome
 
 # fixed throughout: deadlines and stall windows handed to the pure verdict (decide, world_outcome): no clock runs
@@ -78,7 +78,7 @@ def test_a_rank_computing_at_the_timeout_makes_a_quiet_world_timed_out_not_hung(
     """As bench_scale's 256 ranks on 2 cores: no event in the stall window before the deadline (starved ranks write
     seldom), but a rank's main thread was runnable or ran then; every rank finished while the verdict was taken.
     Judged hung before (2 runs of 4); the same world with no rank computing stays hung."""
-    ranks = [live(0, 1, 290.0, computing=True), live(1, 1, 291.0, RankState.BLOCKED)]
+    ranks = [live(0, 1, 290.0, busy=Busy.COMPUTING), live(1, 1, 291.0, RankState.BLOCKED)]
     assert world_outcome(ranks, "timeout", deadline=300.0, stall=2.0) is Outcome.TIMED_OUT
     decision = decide(ranks, None, "timeout", deadline=300.0, stall=2.0)
     assert decision.root_rank is None and decision.root_cause.startswith("still training at the deadline: step 1")
@@ -89,8 +89,9 @@ def test_a_rank_computing_at_the_timeout_makes_a_quiet_world_timed_out_not_hung(
 
 
 def test_computing_survives_the_report_document():
-    rank = live(0, 1, 290.0, computing=True)
-    assert RankResult.from_dict(rank.to_dict()).computing is True
+    rank = live(0, 1, 290.0, busy=Busy.COMPUTING)
+    assert rank.to_dict()["busy"] == "computing"
+    assert RankResult.from_dict(rank.to_dict()).busy is Busy.COMPUTING
 
 
 @pytest.mark.parametrize("last_t, outcome", [(3.01, Outcome.TIMED_OUT), (3.0, Outcome.HUNG), (2.5, Outcome.HUNG)])
@@ -152,7 +153,7 @@ def _start_up(starting: dict[int, str | None]) -> list[RankResult]:
         for r in range(3)
     ]
     for r, stack in starting.items():
-        ranks[r] = RankResult(rank=r, state=RankState.RUNNING, events=step_events({}), stack=stack, starting=True)
+        ranks[r] = RankResult(rank=r, state=RankState.RUNNING, events=step_events({}), stack=stack, busy=Busy.STARTING)
     return ranks
 
 
@@ -178,7 +179,7 @@ def test_a_rank_not_started_yet_is_said_so():
 
 def test_a_rank_that_never_joined_and_was_idle_is_the_culprit_of_a_hung_start_up():
     ranks = _start_up({1: 'File "/work/train.py", line 7 in load_data'})
-    ranks[1].starting = False  # the judge found it idle: no CPU, not runnable, its stack answered and not importing
+    ranks[1].busy = None  # the judge found it idle: no CPU, not runnable, its stack answered and not importing
     ranks[1].where = "train.py:7 in load_data"
     decision = decide(ranks, None, "startup", deadline=5.0, stall=2.0)
     assert decision.outcome is Outcome.HUNG and decision.root_rank == 1
@@ -200,4 +201,5 @@ def test_a_failure_decides_over_a_rank_still_starting():
 
 def test_a_rank_still_starting_keeps_it_through_json():
     rank = _start_up({1: IMPORTING})[1]
-    assert RankResult.from_dict(rank.to_dict()).starting is True
+    assert rank.to_dict()["busy"] == "starting"
+    assert RankResult.from_dict(rank.to_dict()).busy is Busy.STARTING

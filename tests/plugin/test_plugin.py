@@ -161,7 +161,7 @@ def test_a_real_crash_fails_with_root_cause_traceback_and_output(every_option):
 def test_xdist_two_workers_json_report_holds_every_world(every_option):
     result, document, directory = every_option
     result.stdout.fnmatch_lines(["*2 workers*", "4 worlds: 1 completed, 2 crashed, 1 hung", "JSON report: worlds.json"])
-    assert document["schema"] == "ddpfaults.report/3"
+    assert document["schema"] == "ddpfaults.report/4"
     assert sorted(w["nodeid"] for w in document["worlds"]) == [
         "scenario_user.py::completes",
         "scenario_user.py::crashes[claims_completed]",
@@ -184,7 +184,7 @@ def test_xdist_two_workers_json_report_holds_every_world(every_option):
             "observed": "crashed",
         }
     ]
-    read_document(directory / "worlds.json")  # a valid ddpfaults.report/3 document
+    read_document(directory / "worlds.json")  # a valid ddpfaults.report/4 document
     assert len([r["pid"] for w in document["worlds"] for r in w["ranks"] if r["pid"]]) == 8
 
 

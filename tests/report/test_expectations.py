@@ -3,6 +3,7 @@ and through the command line (``run --json`` -> ``html``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -53,8 +54,10 @@ def completed_world() -> WorldResult:
 
 
 def test_each_world_carries_its_expectation_whether_it_held_and_the_mismatches_as_data():
-    crashed = crashed_world(faults=["RankCrash(rank=1, step=1)", "Straggler(rank=0, step=9)"])
-    crashed.fired = [FiredFault(0, "RankCrash(rank=1, step=1)", 1, 1, "on_step")]
+    crashed = crashed_world(
+        faults=["RankCrash(rank=1, step=1)", "Straggler(rank=0, step=9)"],
+        fired=[FiredFault(0, "RankCrash(rank=1, step=1)", 1, 1, "on_step")],
+    )
     held = Expectation.of(Expect.parse("crashed with KeyError on rank 1"), crashed_world())
     check = Check("rank 0 kept its value", lambda result: "rank 0 returned None")
     failed = Expectation.of(Expect(Outcome.HUNG, rank=0, collective="all_reduce", checks=(check,)), crashed)
@@ -104,7 +107,7 @@ def test_a_fault_whose_moment_never_came_is_not_listed_beside_an_outcome_that_di
     plan = ["RankCrash(rank=1, step=1)", "Preempt(step=5)", "Straggler(rank=0, step=9)"]
     fired = [FiredFault(0, plan[0], 1, 1, "on_step")]
     unfired = [UnfiredFault(1, plan[1]), UnfiredFault(2, plan[2], finished=(0,))]
-    world = crashed_world(faults=plan, fired=fired).assembled(unfired=unfired)
+    world = dataclasses.replace(crashed_world(faults=plan, fired=fired), unfired=unfired)
     differs = Expectation.of(Expect.parse("completed"), world)
     assert [(m.kind, m.expected) for m in differs.mismatches] == [
         ("outcome", "completed"),

@@ -182,7 +182,7 @@ def test_document_round_trips_real_worlds(tmp_path, hung4, crashed4):
     path = write_document(tmp_path / "report.json", [hung4, crashed4], nodeids=["tests/t.py::test_hang", None])
     assert os.listdir(tmp_path) == ["report.json"], "the write is atomic: no temp file left"
     document = read_document(path)
-    assert document["schema"] == SCHEMA == "ddpfaults.report/3"
+    assert document["schema"] == SCHEMA == "ddpfaults.report/4"
     first, second = document["worlds"]
     assert first["nodeid"] == "tests/t.py::test_hang" and "nodeid" not in second
     for original, loaded in zip((hung4, crashed4), (first, second), strict=True):
@@ -212,8 +212,8 @@ def test_build_document_takes_dicts_and_checks_nodeids(hung4):
         ('{"outcome": "hung", "ranks": []}', 'has no "schema" key'),
         (
             '{"schema": "ddpfaults.report/1", "worlds": []}',
-            "has schema 'ddpfaults.report/1'; this version of ddpfaults reads 'ddpfaults.report/2' and "
-            "'ddpfaults.report/3' only",
+            "has schema 'ddpfaults.report/1'; this version of ddpfaults reads 'ddpfaults.report/2', "
+            "'ddpfaults.report/3' and 'ddpfaults.report/4' only",
         ),
         ('{"schema": "ddpfaults.report/2", "worlds": {}}', '"worlds" must be a list'),
         ('{"schema": "ddpfaults.report/2", "worlds": [{"outcome": "hung"}]}', "worlds[0] is not a world"),

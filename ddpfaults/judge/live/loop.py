@@ -46,7 +46,7 @@ from ddpfaults.judge.live.prover import Prover
 from ddpfaults.judge.live.rendezvous import QuietRendezvous, abandoned, in_rendezvous, under_way
 from ddpfaults.judge.live.watch import frame_text, is_busy
 from ddpfaults.judge.p2p import p2p_finding, split_finding
-from ddpfaults.judge.results import Outcome, RankResult, RankState, WorldResult
+from ddpfaults.judge.results import Busy, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
     decide,
     is_importing,
@@ -251,8 +251,7 @@ def rank_result(
         last_step=w.step,
         collectives=[dataclasses.replace(c, seq=n) for n, c in enumerate(w.collectives, 1)],  # #N is the N-th
         fired=w.fired,
-        starting=i in observer.still_starting,
-        computing=i in observer.computing_at_deadline,
+        busy=Busy.of(i in observer.still_starting, i in observer.computing_at_deadline),
         **observer.describe(i),
     )
     reported = observer.reported(i)
