@@ -137,7 +137,9 @@ def _were(ranks: list) -> str:
 
 
 def _alike(rank: RankResult) -> tuple:
-    return re.sub(r"\d+", "#", rank.error or ""), rank.site, rank.last_step
+    """What must agree for two ranks' errors to be one: the message up to its numbers (an object's address, hex
+    digits and all: ``at 0x7f88f6ed76b0``), the site, the step."""
+    return re.sub(r"0x[0-9a-fA-F]+|\d+", "#", rank.error or ""), rank.site, rank.last_step
 
 
 def _joined(rank: RankResult) -> bool:

@@ -51,6 +51,15 @@ def test_messages_that_differ_only_in_numbers_are_one_error_and_the_text_says_so
     assert "differ only in numbers" in cause.describe()
 
 
+def test_messages_that_differ_only_in_an_object_s_address_are_one_error():
+    """Each rank's own object in the message: its address differs in hex letters too (seen as a flaky
+    test_unpicklable_return_value_is_a_crash_naming_it, where ``0x...76b0`` and ``0x...7850`` made two errors)."""
+    error = "UnpicklableReturnValue: rank {}: the function returned generator <generator object f at 0x7f88f6ed{}>"
+    cause = common_error([raised(0, error=error.format(0, "76b0")), raised(1, error=error.format(1, "7850"))])
+    assert cause is not None and cause.error == error.format(0, "76b0")
+    assert common_error([raised(0, error="x at 0x7f"), raised(1, error="y at 0x7f")]) is None  # the words still count
+
+
 def test_a_different_site_step_or_message_or_one_rank_not_raising_is_no_common_error():
     assert common_error([raised(0), raised(1, site="train.py:90 in main")]) is None
     assert common_error([raised(0), raised(1, step=1)]) is None
