@@ -332,6 +332,31 @@ def test_rank_side_imports_no_launcher_and_no_plugin():
     assert not bad, "the rank side imports the launchers or the plugin:\n" + _listing(bad)
 
 
+def _fields_of(path: Path, name: str) -> dict[str, str]:
+    """The annotated names of class ``name`` in ``path`` (its dataclass fields, class variables too), with their
+    annotations as written."""
+    cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return {
+        n.target.id: ast.unparse(n.annotation)
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+
+
+def test_a_job_carries_the_launcher_s_runnable_and_repeats_none_of_it():
+    """One description of what a world's ranks run (issue 51): the launcher's ``FunctionTarget`` holds a
+    ``rank.main.Runnable`` (the pickled call, its module and file, script or not, the working directory) and each
+    rank's ``Job`` carries that one, as it is; neither repeats a field of it. A job's own fields are its run's (folders,
+    settings, faults, environment, attempt), the target's how reports name it."""
+    runnable = _fields_of(PACKAGE / "rank" / "main.py", "Runnable")
+    job = _fields_of(PACKAGE / "rank" / "main.py", "Job")
+    target = _fields_of(PACKAGE / "engine" / "launcher.py", "FunctionTarget")
+    assert {"payload", "module", "file", "script", "cwd"} <= set(runnable)
+    assert job["runnable"] == target["runnable"] == "Runnable"
+    assert set(job) & set(target) == {"runnable"}, "a field both the job and the target describe"
+    assert not set(runnable) & (set(job) | set(target)), "a field of Runnable repeated beside it"
+
+
 def test_judge_never_imports_torch():
     """ddpfaults/judge/ never imports torch (no ``import torch`` / ``from torch ...`` anywhere in those files,
     functions included): judging a world is pure Python over the ranks' results."""

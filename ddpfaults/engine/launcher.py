@@ -32,7 +32,7 @@ from ddpfaults.judge.live.watch import (
 )
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.proc import tree
-from ddpfaults.rank.main import Job
+from ddpfaults.rank.main import Job, Runnable
 from ddpfaults.replay import describe_function
 from ddpfaults.spec import RunSpec, StopReason, check_call
 
@@ -83,25 +83,22 @@ def run_world(
 
 @dataclasses.dataclass(frozen=True)
 class FunctionTarget:
-    """What a world's ranks run (:class:`~ddpfaults.engine.world.Target`): the pickled ``(fn, args, kwargs)``, where
-    ``fn``'s module lives (to import it in a rank), and how reports name it (``function``, ``kwargs``, ``replay``,
-    ``step_clock``). A rank function's attempts share ``ctx.shared_dir`` when it may restart or be run again for the
-    resume check, and each attempt but the last warms up a standby; a script's attempt runs one of these, the
-    script's runner (:class:`~ddpfaults.engine.scripts.ScriptRun`)."""
+    """What a world's ranks run (:class:`~ddpfaults.engine.world.Target`): the :class:`~ddpfaults.rank.main.Runnable`
+    every rank's job carries (the pickled ``(fn, args, kwargs)``, where ``fn``'s module lives, the working directory),
+    and how reports name it (``function``, ``kwargs``, ``replay``, ``step_clock``). A rank function's attempts share
+    ``ctx.shared_dir`` when it may restart or be run again for the resume check, and each attempt but the last warms
+    up a standby; a script's attempt runs one of these, the script's runner
+    (:class:`~ddpfaults.engine.scripts.ScriptRun`)."""
 
     call: ClassVar[str] = "run_world"  # the public call whose keywords :meth:`WorldRequest.of` takes
     settings: ClassVar[tuple | None] = None  # the settings it takes (None: every one)
     fixed: ClassVar[dict] = {}  # settings it always runs with
 
-    payload: bytes
-    module: str
-    file: str | None
+    runnable: Runnable
     function: str
     kwargs: str = ""
     replay: str | None = None
     step_clock: str = "ctx.step"
-    script: bool = False  # a script world's job (see :class:`~ddpfaults.rank.main.Job`)
-    cwd: str | None = None  # the ranks' working directory while the function runs (None: as they are)
 
     @classmethod
     def of(cls, fn, *, args=(), kwargs=None, cwd=None) -> FunctionTarget:
@@ -109,13 +106,11 @@ class FunctionTarget:
         ``cwd`` a directory (the errors of bad input, before any rank starts)."""
         cwd = check_cwd(cwd, "run_world")
         fn_module = getattr(fn, "__module__", "__main__")
+        file = getattr(sys.modules.get(fn_module), "__file__", None)
         return cls(
-            payload=_pickle_payload(fn, args, kwargs),
-            module=fn_module,
-            file=getattr(sys.modules.get(fn_module), "__file__", None),
+            runnable=Runnable(_pickle_payload(fn, args, kwargs), fn_module, file, cwd=cwd),
             function=describe_function(fn),
             kwargs=repr(dict(kwargs)) if kwargs else "",
-            cwd=cwd,
         )
 
     def kept(self, spec: RunSpec):
@@ -244,14 +239,10 @@ class LocalWorld(Observer):
             job_dir=self.dir,
             shared_dir=shared,
             spec=spec,
-            payload=self.work.payload,
-            fn_module=self.work.module,
-            fn_file=self.work.file,
+            runnable=self.work.runnable,
             faults=self.faults,
             env=dict(os.environ),
             empty_batch_types=batches.registered(),
-            script=self.work.script,
-            cwd=self.work.cwd,
             attempt=self.attempt,
             resume_watch=self.resume_watch,
         )
@@ -260,10 +251,11 @@ class LocalWorld(Observer):
         if self.warm:
             self.ranks.send(job)
         else:
-            self.ranks.start(job, hide_main=self.work.module != "__main__", deadline=self.t0 + spec.startup_limit)
+            hide_main = self.work.runnable.module != "__main__"
+            self.ranks.start(job, hide_main=hide_main, deadline=self.t0 + spec.startup_limit)
         self.sentinels = {p.sentinel: i for i, p in enumerate(self.procs) if p.pid is not None}
         if self.standby:  # this world runs warm and is never pooled again; the next attempt takes a warmed-up one
-            pool.standby(spec, hide_main=self.work.module != "__main__")
+            pool.standby(spec, hide_main=self.work.runnable.module != "__main__")
 
     def _acting(self) -> Plan:
         """The faults that act in this attempt."""

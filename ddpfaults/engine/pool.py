@@ -34,7 +34,7 @@ from ddpfaults.proc import mp_private, tree
 from ddpfaults.rank.forkserver import SIGNAL as forkserver_signal
 from ddpfaults.rank.forkserver import world_dir_prefix
 from ddpfaults.rank.job import warm_up
-from ddpfaults.rank.main import Job, RankConfig, world_tmp
+from ddpfaults.rank.main import Job, RankConfig, Runnable, world_tmp
 from ddpfaults.rank.main import main as rank_main
 
 #: collectives a warm world's flight record may hold before the world is retired (killed, not pooled), where its
@@ -279,9 +279,7 @@ def standby(spec, hide_main: bool) -> None:
         job_dir=job_dir,
         shared_dir=os.path.join(job_dir, "shared"),
         spec=dataclasses.replace(spec, check_resume=False, cuda_on_cpu=False),  # the attempt's job maps CUDA
-        payload=pickle.dumps((warm_up, (), {})),
-        fn_module=warm_up.__module__,
-        fn_file=None,
+        runnable=Runnable(pickle.dumps((warm_up, (), {})), warm_up.__module__),
         env=dict(os.environ),
     )
     ranks.start(job, hide_main, deadline=time.monotonic() + spec.startup_limit)

@@ -28,6 +28,7 @@ from ddpfaults.engine.launcher import FunctionTarget, LocalWorld
 from ddpfaults.errors import ConfigError, ScriptError
 from ddpfaults.judge.results import WorldResult
 from ddpfaults.rank import script, seams
+from ddpfaults.rank.main import Runnable
 from ddpfaults.replay import script_command
 from ddpfaults.spec import PARAM, RunSpec, check_step_clock
 
@@ -113,14 +114,11 @@ class ScriptRun:
                 target, master_port=store.port, run_id=run_id, restart=attempt, max_restarts=spec.max_restarts
             )
             runner = FunctionTarget(
-                payload=pickle.dumps((script.run, (target, spec.threads), {})),
-                module=script.__name__,
-                file=None,
+                runnable=Runnable(pickle.dumps((script.run, (target, spec.threads), {})), script.__name__, script=True),
                 function=target.name,
                 kwargs=shlex.join(target.argv),
                 replay=script_command(self.target, spec, plan, moved=self.moved, fresh=self.fresh),
                 step_clock=target.clock,
-                script=True,
             )
             return LocalWorld(runner, plan, spec, request.flight_recorder_dir, attempt, resume_watch=resume_watch).run()
         finally:

@@ -59,20 +59,31 @@ class RankConfig:
 
 
 @dataclass(frozen=True)
+class Runnable:
+    """What a world's ranks run, as a rank loads it: the pickled ``(fn, args, kwargs)`` (unpickled only after tracing
+    is installed), ``fn``'s module and the file it lives in (to import it by path when its name is not importable in
+    the rank), whether it is a script world's runner, and the working directory while it runs. The launcher's
+    :class:`~ddpfaults.engine.launcher.FunctionTarget` holds one, and each :class:`Job` carries it as it is."""
+
+    payload: bytes
+    module: str
+    file: str | None = None
+    script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
+    cwd: str | None = None  # the working directory while the function runs (None: the rank's own)
+
+
+@dataclass(frozen=True)
 class Job:
-    """One run of a user function on a world (a warm world runs many)."""
+    """One run of a user function on a world (a warm world runs many): what it runs, and this run's folders,
+    settings, faults, environment and attempt."""
 
     job_dir: str
     shared_dir: str
     spec: RunSpec
-    payload: bytes  # pickle of (fn, args, kwargs): unpickled only after tracing is installed
-    fn_module: str
-    fn_file: str | None
+    runnable: Runnable
     faults: tuple = ()
     env: dict = field(default_factory=dict)
     empty_batch_types: dict = field(default_factory=dict)  # register_empty_batch's transforms in the launcher
-    script: bool = False  # a script world's: it initialises its own process group, and its process ends with it
-    cwd: str | None = None  # the working directory while the function runs (None: the rank's own)
     attempt: int = 0  # the run of a restarted world (0: the first)
     resume_watch: frozenset = frozenset()  # the resume check's: see ddpfaults.rank.resume.start
 
@@ -132,27 +143,27 @@ def _redirect_output(path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
-def _load_payload(job: Job):
+def _load_payload(runnable: Runnable):
     """Unpickle (fn, args, kwargs); fall back to importing fn's module from its file if its name is not importable."""
     try:
-        return pickle.loads(job.payload)
+        return pickle.loads(runnable.payload)
     except ModuleNotFoundError as exc:
-        if job.fn_file is None or exc.name not in (job.fn_module, job.fn_module.split(".")[0]):
+        if runnable.file is None or exc.name not in (runnable.module, runnable.module.split(".")[0]):
             raise
     import importlib.util
     import types
 
-    parts = job.fn_module.split(".")
+    parts = runnable.module.split(".")
     for i in range(1, len(parts)):  # pytest's importlib mode names a test module by its path: sub.test_file
         parent = ".".join(parts[:i])
         if parent not in sys.modules:  # an empty package, so that unpickling can import the dotted name
             sys.modules[parent] = types.ModuleType(parent)
             sys.modules[parent].__path__ = []
-    spec = importlib.util.spec_from_file_location(job.fn_module, job.fn_file)
+    spec = importlib.util.spec_from_file_location(runnable.module, runnable.file)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[job.fn_module] = module
+    sys.modules[runnable.module] = module
     spec.loader.exec_module(module)
-    return pickle.loads(job.payload)
+    return pickle.loads(runnable.payload)
 
 
 def _all_connected(store: dist.Store, world_size: int) -> None:
@@ -269,10 +280,12 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     batches.adopt(job.empty_batch_types)
     home = _cwd()
 
+    runs = job.runnable
+
     def load():
-        payload = _load_payload(job)  # by the rank's own sys.path, before the move
-        if job.cwd is not None:
-            os.chdir(job.cwd)
+        payload = _load_payload(runs)  # by the rank's own sys.path, before the move
+        if runs.cwd is not None:
+            os.chdir(runs.cwd)
         return payload
 
     if job.spec.check_resume:
@@ -280,18 +293,18 @@ def _run_job(config: RankConfig, job: Job, baseline: dict) -> list[str]:
     result = run_job(
         ctx,
         load=load,
-        init_process_group=None if job.script else init_process_group,
+        init_process_group=None if runs.script else init_process_group,
         publish=publish,
         leftovers=left_behind,
-        process_ends=job.script,
+        process_ends=runs.script,
     )
     if result["error"] is not None:
         if job.spec.peer_failure == "exit":
             os._exit(1)
         _linger()
-    if job.script:
+    if runs.script:
         _exit_as_worker()
-    if job.cwd is not None and home is not None:
+    if runs.cwd is not None and home is not None:
         os.chdir(home)  # a warm rank's next job starts where the rank did
     return leftovers
 
