@@ -12,7 +12,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ddpfaults.judge import deadlock, p2p
+from ddpfaults.judge import deadlock
 from ddpfaults.judge.deadlock import Op, Stand, Standing
 from ddpfaults.judge.live.rendezvous import in_rendezvous
 from ddpfaults.judge.live.watch import RankWatch
@@ -59,13 +59,14 @@ class Prover:
         if self.next_try is None or now < self.next_try:
             return False
         standings = self.standings(now)
-        point_to_point = self._p2p_proved(standings, now)
+        guess = deadlock.prove(standings)  # from the events alone
+        point_to_point = self._p2p_proved(guess, now)
         if point_to_point is not None:
             return point_to_point
         untraced = self._untraced(standings, now)
         if untraced is None:
             return False
-        if not untraced and deadlock.prove(standings) is None:
+        if not untraced and guess is None:
             self.next_try = None  # nothing to prove until the events change
             return False
         if untraced and (
@@ -95,13 +96,13 @@ class Prover:
         self.observer.proof = proof
         return True
 
-    def _p2p_proved(self, standings: list[Standing], now: float) -> bool | None:
-        """A point-to-point deadlock (:func:`ddpfaults.judge.p2p.prove_p2p`): True once proved (``observer.proof``
-        set), False while it waits for its confirmation (the same proof on a later look with no event between, and
-        no thread of a waiting rank runnable), None when the ranks do not stand in one."""
-        ends = self._endpoints(standings, now)
-        proof = p2p.prove_p2p(ends) if ends is not None else None
-        if proof is None:
+    def _p2p_proved(self, proof: deadlock.Proof | None, now: float) -> bool | None:
+        """``proof`` (:func:`ddpfaults.judge.deadlock.prove` from the events) if it is a deadlock in blocking sends and
+        receives alone (every stuck rank in a :data:`~ddpfaults.judge.deadlock.P2P` wait): True once proved
+        (``observer.proof`` set), False while it waits for its confirmation (the same proof on a later look with no
+        event between, and no thread of a waiting rank runnable: the flight record numbers no send or receive), None
+        otherwise (no proof, or one that rests on a collective: confirmed from the flight records)."""
+        if proof is None or any(x.op.group != deadlock.P2P for x in proof.stuck):
             self.p2p_seen = None
             return None
         if self.p2p_seen != self.seen:
@@ -114,29 +115,6 @@ class Prover:
         self.observer.collect_stacks(self.observer.live(now))  # the report's stacks
         self.observer.proof = proof
         return True
-
-    def _endpoints(self, standings: list[Standing], now: float) -> list[p2p.Endpoint] | None:
-        """Every rank's point-to-point standing: ended (its process open), or its main thread in a blocking send or
-        receive with a known peer; None if any rank stands otherwise."""
-        ends = []
-        for s in standings:
-            w = self.observer.watches[s.rank]
-            sent, received = dict(w.sent), dict(w.received)
-            if s.stand == Stand.ENDED:
-                ends.append(p2p.Endpoint(s.rank, ended=s.why, sent=sent, received=received, at=s.at))
-                continue
-            if w.ended or self.observer.dead(s.rank, now) or w.links_dropped:
-                return None
-            call = w.entered[max(w.entered)] if w.entered else None
-            op = call.get("op") if call is not None else None
-            if op not in ("send", "recv") or call.get("async") or "thread" in call or not isinstance(call["root"], int):
-                return None
-            n = (sent if op == "send" else received).get(call["root"], 0)
-            waiting = (op, call["root"], n)
-            ends.append(
-                p2p.Endpoint(s.rank, waiting=waiting, sent=sent, received=received, at=_at(self.observer, call))
-            )
-        return ends
 
     def _progress(self, i: int) -> tuple:
         """How far rank ``i`` is known to have got: its event count and its last flight record's collectives."""
