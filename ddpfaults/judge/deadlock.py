@@ -176,7 +176,8 @@ class Stuck:
             made = self.last - before if self.last is not None else 0
             of = f" of {group_label(self.op.members or (), self.op.desc)}" if self.op.group is not None else ""
             return f"it {self.ended} " + (f"after its collective #{made}{of}" if made > 0 else f"before making any{of}")
-        if self.theirs is not None and self.theirs.number == self.op.number and self.theirs.group == self.op.group:
+        theirs = (self.theirs.number, self.theirs.group) if self.theirs is not None else None
+        if self.op.group != P2P and theirs == (self.op.number, self.op.group):  # the same slot (pairs have none)
             return f"its collective #{self.theirs.number - before} is {self.theirs.family}"
         if self.theirs is None:
             return "it never makes it"

@@ -12,8 +12,7 @@ fewer than it was sent), or sent more than the receiver's buffer held.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ddpfaults.judge.attribution import Evidence
 from ddpfaults.judge.results import RankResult, RankState
@@ -158,120 +157,6 @@ def _rows(call: dict, side: int, size: int) -> list | None:
     if not shape or not isinstance(shape[0], int) or shape[0] % size:
         return None
     return [shape[0] // size] * size
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where one rank stands for a point-to-point deadlock proof: ``ended`` (how its function ended: it makes no
-    more messages) or ``waiting``, the blocking ``("send" | "recv", peer, n)`` its main thread is in (its n-th send
-    to, or receive from, that peer); ``sent`` and ``received``: the messages it has begun, by peer (the one it waits
-    in included); ``at``: when it took this stand (seconds since the world's start)."""
-
-    rank: int
-    ended: str = ""
-    waiting: tuple | None = None
-    sent: Mapping[int, int] = field(default_factory=dict)
-    received: Mapping[int, int] = field(default_factory=dict)
-    at: float | None = None
-
-
-@dataclass(frozen=True)
-class P2PStuck:
-    """A rank proved stuck in its ``n``-th ``kind`` (send or recv) with ``peer``: the peer never makes the matching
-    one; ``because`` says why (it ended after making fewer, or is stuck itself)."""
-
-    rank: int
-    kind: str
-    peer: int
-    n: int
-    because: str
-
-
-@dataclass(frozen=True)
-class P2PProof:
-    """A point-to-point deadlock proved: the ranks that ended (and how), the ranks stuck (and why), ``formed``: when
-    the last of them took its stand (seconds since the world's start; None: unknown)."""
-
-    ended: tuple[tuple[int, str], ...]
-    stuck: tuple[P2PStuck, ...]
-    formed: float | None
-
-    def describe(self, before: int = 0) -> str:
-        """One sentence: who ended, who waits in which send or receive, and why its peer never makes the other half
-        (``before``: unused, as messages are counted per pair from the job's start)."""
-        parts = [f"rank {rank} {why}" for rank, why in self.ended]
-        for s in self.stuck:
-            other = "receives" if s.kind == "send" else "sends"
-            way = "to" if s.kind == "send" else "from"
-            parts.append(
-                f"rank {s.rank} waits in its {s.kind} #{s.n} {way} rank {s.peer}, which rank {s.peer} never {other} "
-                f"({s.because})"
-            )
-        return "; ".join(parts)
-
-
-def prove_p2p(ends: list[Endpoint]) -> P2PProof | None:
-    """The proof that no rank waiting in a blocking send or receive can ever leave it, or None.
-
-    gloo matches a pair's messages in order, and a blocking send waits for its receive (measured): a rank in its
-    n-th receive from a peer is stuck if that peer will never begin an n-th send to it (it ended after fewer, or is
-    itself stuck after fewer), and a rank in its n-th send likewise if the peer will never begin an n-th receive. None
-    unless every rank has ended or waits so, at least one waits, and every waiting rank is proved stuck."""
-    waiting = [e for e in ends if e.waiting is not None]
-    if not waiting or any(not e.ended and e.waiting is None for e in ends):
-        return None
-    by_rank = {e.rank: e for e in ends}
-    stuck: dict[int, P2PStuck] = {}
-    changed = True
-    while changed:
-        changed = False
-        for e in waiting:
-            if e.rank in stuck:
-                continue
-            kind, peer, n = e.waiting
-            other = by_rank.get(peer)
-            if other is None:
-                return None
-            made = (other.sent if kind == "recv" else other.received).get(e.rank, 0)
-            noun = "send(s)" if kind == "recv" else "receive(s)"
-            if made >= n:
-                continue  # the peer has begun the matching half (or the pair is out of step: nothing proved)
-            if other.ended:
-                because = f"it {other.ended} after {made} {noun} {'to' if kind == 'recv' else 'from'} rank {e.rank}"
-            elif peer in stuck:
-                theirs = stuck[peer]
-                because = f"it is stuck in its {theirs.kind} #{theirs.n} with rank {theirs.peer}"
-            else:
-                continue
-            stuck[e.rank] = P2PStuck(e.rank, kind, peer, n, because)
-            changed = True
-    left = [e for e in waiting if e.rank not in stuck]
-    cycle = {e.rank: e for e in left if _blocks_on(e, by_rank) in {x.rank for x in left}}
-    if len(cycle) == len(left):
-        # each waits for a peer that itself waits, in another send or receive, for a rank of this set: a cycle
-        for e in left:
-            kind, peer, _ = by_rank[e.waiting[1]].waiting
-            stuck[e.rank] = P2PStuck(
-                e.rank, e.waiting[0], e.waiting[1], e.waiting[2], f"it waits in its own {kind} with rank {peer}"
-            )
-    if any(e.rank not in stuck for e in waiting):
-        return None
-    times = [e.at for e in ends if e.at is not None]
-    return P2PProof(
-        ended=tuple((e.rank, e.ended) for e in ends if e.ended),
-        stuck=tuple(stuck[e.rank] for e in waiting),
-        formed=max(times) if len(times) == len(ends) else None,
-    )
-
-
-def _blocks_on(e: Endpoint, by_rank: dict) -> int | None:
-    """The peer a waiting rank waits for, if that peer has not begun the matching half and is waiting itself."""
-    kind, peer, n = e.waiting
-    other = by_rank.get(peer)
-    if other is None or other.waiting is None:
-        return None
-    made = (other.sent if kind == "recv" else other.received).get(e.rank, 0)
-    return peer if made < n else None
 
 
 def begun(events: list[dict]) -> tuple[dict, dict]:

@@ -3,7 +3,8 @@ functions over hand-built enter events)."""
 
 from __future__ import annotations
 
-from ddpfaults.judge.p2p import Endpoint, begun, p2p_finding, prove_p2p, split_finding
+from ddpfaults.judge.deadlock import P2P, Op, Stand, Standing, prove
+from ddpfaults.judge.p2p import begun, p2p_finding, split_finding
 from ddpfaults.judge.results import RankResult, RankState
 
 
@@ -80,55 +81,72 @@ def test_the_sender_of_more_rows_than_the_receiver_expected_is_named():
     )
 
 
+def end(r, sent=None, received=None, at=None):
+    """Rank ``r`` finished (its process open) after the given sends and receives, by peer."""
+    return Standing(r, Stand.ENDED, 0, why="finished", at=at, sent=sent or {}, received=received or {})
+
+
+def wait(r, kind, peer, sent=None, received=None, at=None):
+    """Rank ``r``'s main thread in a blocking ``kind`` (send or recv) with ``peer``: its n-th with that peer, n
+    counted from the sends (receives) it has begun, this one included."""
+    sent, received = sent or {}, received or {}
+    n = (sent if kind == "send" else received)[peer]
+    op = Op(n, kind, peer, P2P)
+    return Standing(r, Stand.WAITING, 0, (op,), at=at, sent=sent, received=received)
+
+
 def test_a_stage_waiting_for_a_microbatch_its_finished_sender_never_sent_is_proved_stuck():
-    """Four stages; stage 1 finished after 7 sends to stage 2, which waits in its 8th recv; stage 3 waits on stage 2."""
-    ends = [
-        Endpoint(0, ended="finished", sent={1: 8}, at=1.0),
-        Endpoint(1, ended="finished", sent={2: 7}, received={0: 8}, at=1.1),
-        Endpoint(2, waiting=("recv", 1, 8), sent={3: 7}, received={1: 8}, at=1.2),
-        Endpoint(3, waiting=("recv", 2, 8), received={2: 8}, at=1.3),
+    """Four stages; stage 1 finished after 7 sends to stage 2, which waits in its 8th recv; stage 3 waits on stage 2:
+    the one wait-for graph (deadlock.prove) proves it from the pairs' counts."""
+    standings = [
+        end(0, sent={1: 8}, at=1.0),
+        end(1, sent={2: 7}, received={0: 8}, at=1.1),
+        wait(2, "recv", 1, sent={3: 7}, received={1: 8}, at=1.2),
+        wait(3, "recv", 2, received={2: 8}, at=1.3),
     ]
-    proof = prove_p2p(ends)
+    proof = prove(standings)
     assert [(s.rank, s.peer) for s in proof.stuck] == [(2, 1), (3, 2)]
     assert proof.formed == 1.3
     text = proof.describe()
+    assert text.startswith("ranks 0, 1 finished; "), text
     assert (
         "rank 2 waits in its recv #8 from rank 1, which rank 1 never sends (it finished after 7 send(s) to rank 2)"
         in (text)
     )
-    assert "rank 3 waits in its recv #8 from rank 2, which rank 2 never sends (it is stuck in its recv #8" in text
+    assert (
+        "rank 3 waits in its recv #8 from rank 2, which rank 2 never sends (it is stuck in its recv #8 from rank 1)"
+        in text
+    )
 
 
 def test_a_sender_whose_receiver_finished_is_proved_stuck_in_its_send():
-    ends = [Endpoint(0, waiting=("send", 1, 3), sent={1: 3}), Endpoint(1, ended="finished", received={0: 2})]
-    proof = prove_p2p(ends)
-    assert proof.stuck[0].kind == "send" and "it finished after 2 receive(s) from rank 0" in proof.describe()
+    proof = prove([wait(0, "send", 1, sent={1: 3}), end(1, received={0: 2})])
+    assert proof.stuck[0].op.family == "send" and "it finished after 2 receive(s) from rank 0" in proof.describe()
 
 
 def test_a_send_and_its_receive_in_flight_prove_nothing():
     """Rank 0 in its 3rd send to rank 1, rank 1 in its 3rd recv from rank 0: they meet."""
-    ends = [Endpoint(0, waiting=("send", 1, 3), sent={1: 3}), Endpoint(1, waiting=("recv", 0, 3), received={0: 3})]
-    assert prove_p2p(ends) is None
+    assert prove([wait(0, "send", 1, sent={1: 3}), wait(1, "recv", 0, received={0: 3})]) is None
 
 
 def test_two_ranks_sending_to_each_other_first_are_a_cycle():
     """Each waits in a blocking send the other would receive only after its own send: neither can leave."""
-    ends = [Endpoint(0, waiting=("send", 1, 1), sent={1: 1}), Endpoint(1, waiting=("send", 0, 1), sent={0: 1})]
-    proof = prove_p2p(ends)
+    standings = [wait(0, "send", 1, sent={1: 1}), wait(1, "send", 0, sent={0: 1})]
+    proof = prove(standings)
     assert [s.rank for s in proof.stuck] == [0, 1]
     assert (
-        "rank 0 waits in its send #1 to rank 1, which rank 1 never receives (it waits in its own send with rank 0)"
+        "rank 0 waits in its send #1 to rank 1, which rank 1 never receives (it is stuck in its send #1 to rank 0)"
         in (proof.describe())
     )
-    ends[1] = Endpoint(1, waiting=("recv", 0, 1), sent={}, received={0: 1})  # rank 1 receives first: they meet
-    assert prove_p2p(ends) is None
+    standings[1] = wait(1, "recv", 0, received={0: 1})  # rank 1 receives first: they meet
+    assert prove(standings) is None
     both = [rank(r, [enter("send", 1 - r, None)], RankState.BLOCKED) for r in (0, 1)]
     assert p2p_finding(both) is None  # symmetric: neither is named
 
 
 def test_a_rank_standing_elsewhere_proves_nothing():
-    ends = [Endpoint(0, ended="finished", sent={1: 1}), Endpoint(1, waiting=("recv", 0, 2)), Endpoint(2)]
-    assert prove_p2p(ends) is None
+    standings = [end(0, sent={1: 1}), wait(1, "recv", 0, received={0: 2}), Standing(2, Stand.FREE)]
+    assert prove(standings) is None
     assert begun([enter("send", 1, 0), enter("isend", 1, 0), enter("recv", 2, 0), {"k": "exit"}]) == ({1: 2}, {2: 1})
 
 

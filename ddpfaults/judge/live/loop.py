@@ -40,11 +40,11 @@ from ddpfaults.judge.causes import find_cause
 from ddpfaults.judge.desync import cross_step
 from ddpfaults.judge.divergence import first_divergence_found
 from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
-from ddpfaults.judge.live import branches
+from ddpfaults.judge.live import activity, branches
 from ddpfaults.judge.live.observer import Observer
 from ddpfaults.judge.live.prover import Prover
 from ddpfaults.judge.live.rendezvous import QuietRendezvous, abandoned, in_rendezvous, under_way
-from ddpfaults.judge.live.watch import frame_text, is_busy
+from ddpfaults.judge.live.watch import frame_text
 from ddpfaults.judge.p2p import p2p_finding, split_finding
 from ddpfaults.judge.results import Busy, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import (
@@ -57,9 +57,6 @@ from ddpfaults.judge.verdict import (
 from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
-#: the share of the time a main thread that computes wants a core (runs, or waits in a run queue to), however starved;
-#: one blocked in a collective wants none, one sleeping in a polling loop (``time.sleep(0.05)``) 0.1-0.2%
-COMPUTING_DEMAND = 0.05
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
 _PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
@@ -121,53 +118,35 @@ def watch(observer: Observer, spec: RunSpec) -> StopReason:
 
 
 class CpuWindow:
-    """Each live rank's main-thread demand for a core (:meth:`Observer.demand`: seconds run or waiting in a run queue
-    to run) and CPU time, sampled once per quiet spell half a stall window into it. A rank whose main thread wanted a
-    core more than :data:`COMPUTING_DEMAND` of the time since is computing, however small its share of one (256 ranks
-    on 2 cores get a few ms each per second, and want one all the time); a main thread blocked in a collective wants
-    none, one sleeping in a polling loop a few thousandths. Where the kernel keeps no such count, any CPU used since
-    is computing."""
+    """Each live rank's evidence of computing (:func:`activity.mark`), sampled once per quiet spell half a stall window
+    into it, for :func:`activity.computing` to measure the rest of the spell against (the stall rule, the hard
+    timeout, start-up)."""
 
     def __init__(self, observer: Observer):
         self.observer = observer
         self.spell = None  # the last progress the spell began with
         self.stall = 0.0  # the stall window
         self.taken: float | None = None  # when the sample was taken (None: not yet in this spell)
-        self.cpu: dict[int, float] = {}
-        self.demand: dict[int, float] = {}
+        self.marks: dict[int, activity.Mark] = {}
 
     def update(self, live: list[int], last_progress: float, now: float, stall: float) -> None:
         """Start a new spell at new progress; take the sample once the spell is half a stall window old."""
         self.stall = stall
         if last_progress != self.spell:
-            self.spell, self.taken, self.cpu, self.demand = last_progress, None, {}, {}
+            self.spell, self.taken, self.marks = last_progress, None, {}
         if self.taken is None and now - last_progress >= stall / 2:
             self.taken = now
-            self.cpu = {i: t for i in live if (t := self.observer.cpu(i, main=True)) is not None}
-            self.demand = {i: d for i in live if (d := self.observer.demand(i)) is not None}
+            self.marks = activity.mark(self.observer, live, now)
 
     def covers(self, now: float) -> bool:
         """True once the sample is half a stall window old (or this observer cannot tell a main thread's CPU)."""
-        return self.taken is not None and (not self.cpu or now - self.taken >= self.stall / 2)
+        known = any(m.cpu is not None for m in self.marks.values())
+        return self.taken is not None and (not known or now - self.taken >= self.stall / 2)
 
     def computing(self, indices: list[int]) -> list[int]:
-        """The ranks among ``indices`` computing since the sample: by their demand for a core where the kernel counts
-        it; otherwise, any CPU used since, or runnable at one of :meth:`Observer.any_runnable`'s looks (before the
-        sample is taken, the looks alone). One look catches a rank that polls at its wake-up now and then: where
-        demand is counted, it alone decides."""
-        elapsed = max(time.monotonic() - self.taken, 1e-3) if self.taken is not None else None
-        found, unknown = set(), []
-        for i in indices:
-            demand = self.observer.demand(i) if i in self.demand else None
-            if elapsed is not None and demand is not None:
-                if (demand - self.demand[i]) / elapsed > COMPUTING_DEMAND:
-                    found.add(i)
-            elif elapsed is not None and i in self.cpu and (self.observer.cpu(i, main=True) or 0.0) > self.cpu[i]:
-                found.add(i)
-            else:
-                unknown.append(i)
-        found |= self.observer.seen_runnable(unknown) if unknown else set()
-        return [i for i in indices if i in found]
+        """The ranks among ``indices`` whose main thread computed since the sample (:data:`activity.WAITING`; before
+        the sample is taken, runnable at one of the looks)."""
+        return activity.computing(self.observer, indices, self.marks)
 
 
 def _forget_stacks_before_failure(observer: Observer, live: list[int]) -> None:
@@ -197,7 +176,9 @@ def _all_blocked(observer: Observer, live: list[int], now: float, window: CpuWin
             if call.op in ("init_process_group", "new_group") or call.op.startswith("store."):
                 polling.append(i)  # a FileStore wait polls its file: its main thread runs a little, often
             continue
-        if is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now):
+        if activity.computing(
+            observer, [i], activity.at_progress(observer, [i]), threads=True, allowance=activity.BUSY
+        ):
             return False  # computing: slow, not hung
         unsure.append(i)
     if starting and all(in_rendezvous(observer.watches[i]) is not None for i in live if not observer.watches[i].joined):
@@ -233,7 +214,9 @@ def _still_starting(observer: Observer, live: list[int], now: float, window: Cpu
             not w.events
             or w.stack is None
             or is_importing(w.stack)
-            or is_busy(observer.cpu(i), w.cpu_at_progress, w.last_progress, now)
+            or activity.computing(
+                observer, [i], activity.at_progress(observer, [i]), threads=True, allowance=activity.BUSY
+            )
             or window.computing([i])
         ):
             found.append(i)

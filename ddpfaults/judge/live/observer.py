@@ -5,13 +5,9 @@ watch through it; it imports neither."""
 
 from __future__ import annotations
 
-import time
-
 from ddpfaults.judge import deadlock
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.spec import StopReason
-
-RUNNABLE_LOOKS, RUNNABLE_GAP = 3, 0.005  # looks at the ranks' /proc state (and seconds between them)
 
 
 class Observer:
@@ -41,7 +37,8 @@ class Observer:
         raise NotImplementedError
 
     def cpu(self, i: int, main: bool = False) -> float | None:
-        """Rank ``i``'s CPU seconds so far (``main``: its main thread's alone); None if unknown."""
+        """Rank ``i``'s CPU seconds so far (``main``: its main thread's alone); None if unknown. Like :meth:`demand` and
+        :meth:`runnable`, read only through :func:`ddpfaults.judge.live.activity.computing`."""
         raise NotImplementedError
 
     def demand(self, i: int) -> float | None:
@@ -53,24 +50,6 @@ class Observer:
         """True if rank ``i``'s main thread (``threads``: any of its threads) is computing right now, however little
         CPU it gets (None: unknown)."""
         return None
-
-    def any_runnable(self, indices: list[int], threads: bool = False) -> bool:
-        """True if the main thread (``threads``: any thread) of any of the ranks is runnable in one of
-        :data:`RUNNABLE_LOOKS` looks over them all, :data:`RUNNABLE_GAP` s apart: a process starved of CPU is seen
-        runnable at some look, one that waits at none."""
-        return bool(self.seen_runnable(indices, threads=threads, first=True))
-
-    def seen_runnable(self, indices: list[int], threads: bool = False, first: bool = False) -> set[int]:
-        """The ranks among ``indices`` seen runnable (as :meth:`any_runnable` looks; ``first``: stop at the first
-        look that sees one)."""
-        found: set[int] = set()
-        for look in range(RUNNABLE_LOOKS):
-            found |= {i for i in indices if i not in found and self.runnable(i, threads=threads)}
-            if (found and first) or len(found) == len(indices):
-                break
-            if look + 1 < RUNNABLE_LOOKS:
-                time.sleep(RUNNABLE_GAP)
-        return found
 
     def collect_stacks(self, indices: list[int]) -> None:
         """Have the given live ranks dump their main thread's stack into ``watches[i].stack``."""

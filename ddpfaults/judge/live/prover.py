@@ -12,8 +12,9 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ddpfaults.judge import deadlock, p2p
+from ddpfaults.judge import deadlock
 from ddpfaults.judge.deadlock import Op, Stand, Standing
+from ddpfaults.judge.live import activity
 from ddpfaults.judge.live.rendezvous import in_rendezvous
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.judge.verdict import innermost_frame
@@ -59,18 +60,17 @@ class Prover:
         if self.next_try is None or now < self.next_try:
             return False
         standings = self.standings(now)
-        point_to_point = self._p2p_proved(standings, now)
+        guess = deadlock.prove(standings)  # from the events alone
+        point_to_point = self._p2p_proved(guess, now)
         if point_to_point is not None:
             return point_to_point
         untraced = self._untraced(standings, now)
         if untraced is None:
             return False
-        if not untraced and deadlock.prove(standings) is None:
+        if not untraced and guess is None:
             self.next_try = None  # nothing to prove until the events change
             return False
-        if untraced and (
-            not any(s.stand != Stand.FREE for s in standings) or self.observer.any_runnable(untraced, threads=True)
-        ):
+        if untraced and (not any(s.stand != Stand.FREE for s in standings) or self._threads_run(untraced)):
             return False  # nothing to start a proof from, or computing: looked at again next time
         live = self.observer.live(now)
         # only an untraced wait is read from a stack: a live rank's stack dump walks every thread's frames while gloo's
@@ -85,7 +85,7 @@ class Prover:
         self.untraced = set(untraced)
         proof = None if moved else deadlock.prove(self.standings(time.monotonic(), confirm=True))
         sending = [x.rank for x in proof.stuck if x.op.group == deadlock.P2P] if proof is not None else []
-        if sending and self.observer.any_runnable(sending, threads=True):
+        if sending and self._threads_run(sending):
             proof = None  # a send or receive the record does not confirm: its thread must not run
         if proof is None:
             gap = self.retries.pop(0) if self.retries else PROOF_RETRIES[-1] if self.unanswered else None
@@ -95,48 +95,33 @@ class Prover:
         self.observer.proof = proof
         return True
 
-    def _p2p_proved(self, standings: list[Standing], now: float) -> bool | None:
-        """A point-to-point deadlock (:func:`ddpfaults.judge.p2p.prove_p2p`): True once proved (``observer.proof``
-        set), False while it waits for its confirmation (the same proof on a later look with no event between, and
-        no thread of a waiting rank runnable), None when the ranks do not stand in one."""
-        ends = self._endpoints(standings, now)
-        proof = p2p.prove_p2p(ends) if ends is not None else None
-        if proof is None:
+    def _p2p_proved(self, proof: deadlock.Proof | None, now: float) -> bool | None:
+        """``proof`` (:func:`ddpfaults.judge.deadlock.prove` from the events) if it is a deadlock in blocking sends and
+        receives alone (every stuck rank in a :data:`~ddpfaults.judge.deadlock.P2P` wait): True once proved
+        (``observer.proof`` set), False while it waits for its confirmation (the same proof on a later look with no
+        event between, and no thread of a waiting rank runnable: the flight record numbers no send or receive), None
+        otherwise (no proof, or one that rests on a collective: confirmed from the flight records)."""
+        if proof is None or any(x.op.group != deadlock.P2P for x in proof.stuck):
             self.p2p_seen = None
             return None
         if self.p2p_seen != self.seen:
             self.p2p_seen = self.seen
             self.next_try = now + P2P_SECOND_LOOK
             return False
-        if self.observer.any_runnable([s.rank for s in proof.stuck], threads=True):
+        if self._threads_run([s.rank for s in proof.stuck]):
             self.next_try = now + (self.retries.pop(0) if self.retries else PROOF_RETRIES[-1])
             return False
         self.observer.collect_stacks(self.observer.live(now))  # the report's stacks
         self.observer.proof = proof
         return True
 
-    def _endpoints(self, standings: list[Standing], now: float) -> list[p2p.Endpoint] | None:
-        """Every rank's point-to-point standing: ended (its process open), or its main thread in a blocking send or
-        receive with a known peer; None if any rank stands otherwise."""
-        ends = []
-        for s in standings:
-            w = self.observer.watches[s.rank]
-            sent, received = dict(w.sent), dict(w.received)
-            if s.stand == Stand.ENDED:
-                ends.append(p2p.Endpoint(s.rank, ended=s.why, sent=sent, received=received, at=s.at))
-                continue
-            if w.ended or self.observer.dead(s.rank, now) or w.links_dropped:
-                return None
-            call = w.entered[max(w.entered)] if w.entered else None
-            op = call.get("op") if call is not None else None
-            if op not in ("send", "recv") or call.get("async") or "thread" in call or not isinstance(call["root"], int):
-                return None
-            n = (sent if op == "send" else received).get(call["root"], 0)
-            waiting = (op, call["root"], n)
-            ends.append(
-                p2p.Endpoint(s.rank, waiting=waiting, sent=sent, received=received, at=_at(self.observer, call))
-            )
-        return ends
+    def _threads_run(self, ranks: list[int], now: bool = False) -> bool:
+        """True if any thread of any of the ``ranks`` computes (:func:`activity.computing` with ``threads``: a waiting
+        rank's must not run): runnable at one of the looks, or (``now``) at one look, where an observer that cannot
+        tell counts as seeing it run."""
+        if now:
+            return bool(activity.computing(self.observer, ranks, threads=True, looks=1, unknown=True))
+        return bool(activity.computing(self.observer, ranks, threads=True, first=True))
 
     def _progress(self, i: int) -> tuple:
         """How far rank ``i`` is known to have got: its event count and its last flight record's collectives."""
@@ -156,7 +141,7 @@ class Prover:
                 return None
             if in_rendezvous(w) is not None or now - w.last_progress < UNTRACED_QUIET:
                 return None
-            if self.observer.runnable(s.rank, threads=True) is not False:
+            if self._threads_run([s.rank], now=True):
                 return None  # computing, or this observer cannot tell
             found.append(s.rank)
         return found
@@ -264,7 +249,7 @@ class Prover:
         """A rank whose main thread, its stack says, is in a backward pass and which no thread of computes (looked at
         before and after its stack and record were dumped): it waits in DDP's finalize for the gradient buckets its
         record shows issued during the pass, the last collective it made among them."""
-        if not _in_backward(w.stack) or self.observer.runnable(w.rank, threads=True) is not False:
+        if not _in_backward(w.stack) or self._threads_run([w.rank], now=True):
             return None
         waits = record.last_backward()
         if not waits or record.threads.get(record.issued) != str(w.main_ident):

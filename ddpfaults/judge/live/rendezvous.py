@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ddpfaults.judge.live import activity
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.judge.verdict import is_collateral
 
@@ -13,10 +14,6 @@ if TYPE_CHECKING:
     from ddpfaults.judge.live.observer import Observer
 
 ABANDON_QUIET = 0.5  # seconds the ranks left in an abandoned rendezvous must be seen idle before the verdict
-IDLE_CPU = 0.05  # the share of a core a main thread that waits may use (polling a FileStore); more is computing
-# the share of the time a main thread that waits may want a core (run, or wait in a run queue to): a rank polling a
-# FileStore every 10 ms beside 8 CPU hogs on 2 cores wants one 14% of the time; one computing, all the time
-IDLE_DEMAND = 0.5
 
 
 def in_rendezvous(w: RankWatch) -> dict | None:
@@ -42,17 +39,15 @@ def abandoned(observer: Observer, live: list[int], now: float) -> bool:
 class QuietRendezvous:
     """Whether the ranks left in an abandoned rendezvous wait, or still run their own code: a rank that has not
     joined may be doing what its failed peer did (connecting to the store, building the backend), and fail the same
-    way on its own. They wait once, over :data:`ABANDON_QUIET`, their main threads used less than :data:`IDLE_CPU`
-    of a core and wanted one less than :data:`IDLE_DEMAND` of the time (a rank blocked on a peer's address in a
-    TCPStore wants none; one polling a FileStore, a little, however loaded the machine; one starved of CPU, all the
-    time). Where the observer cannot tell what a main thread wanted, a rank seen runnable at any look is not
-    waiting."""
+    way on its own. They wait once, over :data:`ABANDON_QUIET`, none of them computed as a rank polling its store may
+    not (:data:`activity.POLLING`: a rank blocked on a peer's address in a TCPStore wants no core; one polling a
+    FileStore, a little, however loaded the machine; one starved of CPU, all the time). Where the observer cannot
+    tell what a main thread wanted, a rank seen runnable at any look during the spell is not waiting."""
 
     def __init__(self, observer: Observer):
         self.observer = observer
         self.since: float | None = None  # when the spell being judged began (None: none yet)
-        self.cpu: dict[int, float] = {}
-        self.demand: dict[int, float | None] = {}
+        self.marks: dict[int, activity.Mark] = {}
 
     def reset(self) -> None:
         """Forget the spell: the rendezvous is not (or no longer) abandoned."""
@@ -61,26 +56,15 @@ class QuietRendezvous:
     def idle(self, live: list[int], now: float) -> bool:
         """True once the ``live`` ranks have been seen waiting for :data:`ABANDON_QUIET`."""
         if self.since is not None:
-            known = all(self.demand.get(i) is not None for i in live)
-            if known or not self.observer.any_runnable(live):
+            known = all(self.marks.get(i) is not None and self.marks[i].demand is not None for i in live)
+            if known or not activity.computing(self.observer, live, first=True):
                 if now - self.since < ABANDON_QUIET:
                     return False
-                if self._waited(live, now, known):
+                if not activity.computing(self.observer, live, self.marks, allowance=activity.POLLING, first=True):
                     return True
         self.since = now
-        self.cpu = {i: self.observer.cpu(i, main=True) or 0.0 for i in live}
-        self.demand = {i: self.observer.demand(i) for i in live}
+        self.marks = activity.mark(self.observer, live, now)
         return False
-
-    def _waited(self, live: list[int], now: float, known: bool) -> bool:
-        spell = now - self.since
-        used = max((self.observer.cpu(i, main=True) or 0.0) - self.cpu.get(i, 0.0) for i in live)
-        if used > IDLE_CPU * spell:
-            return False
-        if not known:
-            return True
-        wanted = max((self.observer.demand(i) or float("inf")) - self.demand[i] for i in live)
-        return wanted <= IDLE_DEMAND * spell
 
 
 def under_way(observer: Observer, now: float) -> bool:

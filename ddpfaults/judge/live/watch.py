@@ -12,19 +12,11 @@ from ddpfaults.judge.deadlock import Op, family
 from ddpfaults.judge.results import Collective, FiredFault
 from ddpfaults.judge.verdict import innermost_frame
 
-BUSY_CPU = 0.2  # a rank using more than this fraction of a core since its last progress is computing
 #: point-to-point calls, and which of a rank's counts each adds to (as :func:`ddpfaults.judge.p2p.begun` counts)
 P2P_COUNTS = {"send": "sent", "isend": "sent", "recv": "received", "irecv": "received"}
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its result
 #: how a dying rank's output says why, most telling first (gloo's mismatch abort, C++ enforce, any *Error)
 DEATH_HINTS = [re.compile(p) for p in (r"collective mismatch", r"enforce fail", r"what\(\)", r"\w+(Error|Exception)\b")]
-
-
-def is_busy(cpu: float | None, cpu_at_progress: float | None, last_progress: float, now: float) -> bool:
-    """True if a process used more than BUSY_CPU of a core since its last progress (computing, not waiting)."""
-    if cpu is None or cpu_at_progress is None:
-        return False
-    return (cpu - cpu_at_progress) / max(now - last_progress, 1e-3) > BUSY_CPU
 
 
 def frame_text(stack: str | None) -> str:
