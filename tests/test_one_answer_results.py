@@ -238,7 +238,7 @@ def _flag_uses(tree: ast.AST) -> list[tuple[int, str]]:
         ):
             found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for match in re.finditer(r"\.(starting|computing)\b(?!\s*\()", node.value):
+            for match in re.finditer(r"\.(starting|computing)\b(?!\s*\(|`)", node.value):
                 found.append((node.lineno, f"text {match.group(0)!r}"))
     return sorted(found)
 
@@ -266,6 +266,7 @@ def test_the_flag_finder_finds_planted_uses():
         "window.computing(live)\n"
         "observer.still_starting, observer.computing_at_deadline, r.busy\n"
         "doc = 'the window.computing(ranks) call'\n"
+        "doc = 'read through :func:`activity.computing`'\n"
         "starting = under_way(observer, now)\n"
     )
     assert [line for line, _ in _flag_uses(ast.parse(planted))] == [1, 2, 3, 4, 5, 6]
