@@ -4,14 +4,13 @@ two runs share is refused, restarted attempts take ``restart_argv``; and ``pytho
 exits 1 on a resume that differs."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 import ddpfaults
+from cli import ddpfaults_cli
 from ddpfaults.faults import RankKilled
-from processes import EVENT_GUARD, WORLD_GUARD
+from processes import WORLD_GUARD
 
 # fixed: a long stall: no hang is expected; a restart's waits (a rank re-importing torch) are never one
 STALL = 20
@@ -71,25 +70,24 @@ def test_a_checkpoint_path_both_runs_share_is_refused_naming_it_and_the_fix(work
     assert "resume not checked:" in result.report() and "{run_dir}" in result.report()
 
 
-def test_run_check_resume_exits_1_on_a_resume_that_differs_and_expect_resumed_equivalent_fails(workdir):
+def test_run_check_resume_exits_1_on_a_resume_that_differs_and_expect_resumed_equivalent_fails(
+    workdir, capsys, monkeypatch
+):
+    """``run``'s exit codes, in this process (``python -m ddpfaults run`` as a process exits with what ``main``
+    returns: tests/engine/test_resume_doors.py runs one)."""
     command = [
-        sys.executable, "-m", "ddpfaults", "run", SCRIPT, "--world-size", "2", "--max-restarts", "1",
-        "--stall", str(STALL), "--cwd", str(workdir), "--faults", "[RankKilled(rank=1, step=3)]",
+        "run", SCRIPT, "--world-size", "2", "--max-restarts", "1", "--stall", str(STALL), "--cwd", str(workdir),
+        "--faults", "[RankKilled(rank=1, step=3)]",
         "--restart-args", "--ckpt {run_dir}/c --init-from resume --lose optimizer",
     ]  # fmt: skip
     args = ["--", "--ckpt", "{run_dir}/c"]
-    differs = subprocess.run([*command, "--check-resume", *args], capture_output=True, text=True, timeout=EVENT_GUARD)
+    differs = ddpfaults_cli(capsys, monkeypatch, *command, "--check-resume", *args, cwd=workdir)
     assert differs.returncode == 1, differs.stdout + differs.stderr
     assert "resume differs from step 3" in differs.stdout
-    expected = subprocess.run(
-        [*command, "--expect", "resumed equivalent", *args], capture_output=True, text=True, timeout=EVENT_GUARD
-    )
+    expected = ddpfaults_cli(capsys, monkeypatch, *command, "--expect", "resumed equivalent", *args, cwd=workdir)
     assert expected.returncode == 1 and "MISMATCH" in expected.stdout, expected.stdout + expected.stderr
-    held = subprocess.run(
-        [*command, "--expect", "resume differs from step 3: optimizer_state", *args],
-        capture_output=True,
-        text=True,
-        timeout=EVENT_GUARD,
+    held = ddpfaults_cli(
+        capsys, monkeypatch, *command, "--expect", "resume differs from step 3: optimizer_state", *args, cwd=workdir
     )
     assert held.returncode == 0, held.stdout + held.stderr
 

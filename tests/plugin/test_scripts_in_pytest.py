@@ -1,15 +1,17 @@
 """Scripts in a pytest session, as functions are: ``ddp_world.run_script``, script scenarios in fresh working
 directories, a bare ``run_script`` in a test, every world in the JSON report and JUnit, replica checks that fail.
 
-One session (a subprocess, real gloo worlds) runs the user files below; ``resume_train.py`` saves ``model.pt`` in
-its working directory and, finding one there, resumes from it on rank 0 only (after DDP was built): its replicas
-then differ though the world completes.
+One session (a subprocess, real gloo worlds, run once for both tests) runs the user files below;
+``resume_train.py`` saves ``model.pt`` in its working directory and, finding one there, resumes from it on rank 0
+only (after DDP was built): its replicas then differ though the world completes.
 """
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pluginruns import assert_no_orphans, isolate, run
+import pytest
+
+from pluginruns import assert_no_orphans, run_once
 
 RESUME = (Path(__file__).resolve().parents[1] / "support" / "scripts" / "resume_train.py").read_text()
 
@@ -60,12 +62,33 @@ def test_bare_run_script(tmp_path):
 """
 
 
-def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
-    isolate(
-        pytester, monkeypatch, resume_train=RESUME, rankfns_cwd=WHERE, scenario_scripts=SCENARIOS, test_scripts=TESTS
-    )
-    result, document = run(pytester, "-v", "--junitxml=junit.xml")
-    result.assert_outcomes(passed=5, failed=1)
+@pytest.fixture
+def session(tmp_path_factory):
+    """The one session over every file below, with ``-v`` and a JUnit XML file: (result, report document, its
+    directory)."""
+    files = {
+        "resume_train": RESUME,
+        "rankfns_cwd": WHERE,
+        "scenario_scripts": SCENARIOS,
+        "test_scripts": TESTS,
+        "resume_by_flag": BY_FLAG,
+        "test_resume": RESUME_TESTS,
+    }
+    result, document, directory = run_once(tmp_path_factory, "scripts_in_pytest", files, "-v", "--junitxml=junit.xml")
+    assert_no_orphans(document)
+    return result, document, directory
+
+
+def _outcomes(result, module: str) -> dict:
+    """How many of ``module``'s items passed and failed, from the session's ``-v`` lines."""
+    lines = [line for line in result.outlines if line.startswith(f"{module}::")]
+    return {word: sum(f" {word.upper()}" in line for line in lines) for word in ("passed", "failed")}
+
+
+def test_scripts_run_in_pytest_like_functions(session):
+    result, document, directory = session
+    assert _outcomes(result, "scenario_scripts.py") == {"passed": 2, "failed": 0}, result.stdout.str()
+    assert _outcomes(result, "test_scripts.py") == {"passed": 3, "failed": 1}, result.stdout.str()
     # the second script scenario passes: the first one's model.pt stayed in the first world's own directory
     result.stdout.fnmatch_lines(["*scenario_scripts.py::first PASSED*", "*scenario_scripts.py::second PASSED*"])
     result.stdout.fnmatch_lines(
@@ -74,9 +97,11 @@ def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
             "state per rank: rank 0 *, rank 1 *",
         ]
     )
-    assert not (pytester.path / "model.pt").exists(), "a fresh directory per world: nothing left in the caller's"
+    assert not (directory / "model.pt").exists(), "a fresh directory per world: nothing left in the caller's"
     worlds = [
-        (w["nodeid"].split("::")[-1], w["function"], (w["expectation"] or {}).get("held")) for w in document["worlds"]
+        (w["nodeid"].split("::")[-1], w["function"], (w["expectation"] or {}).get("held"))
+        for w in document["worlds"]
+        if not w["nodeid"].startswith("test_resume.py")
     ]
     assert worlds == [
         ("first", "resume_train.py", True),
@@ -87,10 +112,9 @@ def test_scripts_run_in_pytest_like_functions(pytester, monkeypatch):
         *[("test_functions_run_where_asked", "rankfns_cwd.py:where", None)] * 3,
         ("test_bare_run_script", "resume_train.py", None),  # no fixture, no expectation: recorded all the same
     ]
-    junit = ET.parse(pytester.path / "junit.xml").getroot()
+    junit = ET.parse(directory / "junit.xml").getroot()
     bare = junit.find(".//testcase[@name='test_bare_run_script']")
     assert {p.get("name"): p.get("value") for p in bare.iter("property")}["ddpfaults.verdict"] == "completed"
-    assert_no_orphans(document)
 
 
 BY_FLAG = (Path(__file__).resolve().parents[1] / "support" / "scripts" / "resume_by_flag.py").read_text()
@@ -123,9 +147,11 @@ def test_resume_that_differs(ddp_world, tmp_path):
 """
 
 
-def test_an_expectation_naming_the_resume_runs_the_check_and_fails_on_a_resume_that_differs(pytester, monkeypatch):
-    isolate(pytester, monkeypatch, resume_by_flag=BY_FLAG, test_resume=RESUME_TESTS)
-    result, document = run(pytester, "-v")  # four runs of a world, two of them restarted
-    result.assert_outcomes(passed=1, failed=1)
+def test_an_expectation_naming_the_resume_runs_the_check_and_fails_on_a_resume_that_differs(session):
+    result, document, _ = session  # four runs of a world, two of them restarted
+    assert _outcomes(result, "test_resume.py") == {"passed": 1, "failed": 1}, result.stdout.str()
     result.stdout.fnmatch_lines(["*expected the resume check to find {'equivalent': True}, observed resume differs*"])
-    assert_no_orphans(document)
+    assert [w["nodeid"] for w in document["worlds"] if w["nodeid"].startswith("test_resume.py")] == [
+        "test_resume.py::test_resumed_equivalent",
+        "test_resume.py::test_resume_that_differs",
+    ]
