@@ -17,10 +17,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def timed_pytest(args: list[str], cwd: str, env: dict) -> tuple[float, str]:
-    """Wall seconds of one ``python -m pytest`` run with ``args`` in ``cwd``, and its summary line."""
+def timed_pytest(args: list[str], cwd: str, env: dict, coverage: str | None = None) -> tuple[float, str]:
+    """Wall seconds of one ``python -m pytest`` run with ``args`` in ``cwd``, and its summary line; ``coverage``: an
+    rcfile to run it under ``coverage run`` with."""
+    measure = ["-m", "coverage", "run", f"--rcfile={coverage}"] if coverage else []
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    command = [sys.executable, *measure, "-m", "pytest", *args]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
     return wall, (lines[-1] if lines else done.stdout[-300:])

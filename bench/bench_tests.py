@@ -1,10 +1,14 @@
 """Issue 51: the README's test command (``python -m pytest -n 3``) at this tree and at a base commit, in one run.
 
-Run:  python bench/bench_tests.py [--base b18b9bd] [--repeat 1]
+Run:  python bench/bench_tests.py [--base b18b9bd] [--repeat 1] [--coverage]
 The base commit (default: where issue 51's work began) is checked out into a temporary worktree and run with
 ``PYTHONPATH`` set to it (its ranks inherit it: they run its code); this tree is run as it is. The two alternate
 (base, head, base, head...) so a change of the machine's load falls on both. Prints each run's wall seconds and
 summary line, the medians, and head's ratio against the base (goal: head <= 180 s on a quiet 2-core machine).
+
+``--coverage`` runs each tree once under coverage.py instead (every process measured: the xdist workers, the fork
+servers' ranks, the subprocesses the tests start) and prints the line coverage of each tree's ``ddpfaults/``: the
+suite may get faster, never by covering less. Its times are not the suite's (measuring slows every process).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 
 from bench_suite import timed_pytest
@@ -26,16 +31,54 @@ def run_tests(tree: str) -> tuple[float, str]:
     return timed_pytest(["-n", "3", "-q", "-p", "no:cacheprovider"], tree, {**os.environ, "PYTHONPATH": tree})
 
 
+#: coverage.py's settings for one tree (``{source}``: its package, ``{data}``: where the processes write)
+COVERAGE_RC = """[run]
+source = {source}
+parallel = true
+concurrency = multiprocessing, thread
+patch = subprocess, _exit
+data_file = {data}/.coverage
+"""
+
+
+def covered(tree: str, scratch: str, name: str) -> tuple[float, str]:
+    """The README's test command in ``tree`` under coverage.py: (percent of ``tree/ddpfaults`` lines run, summary)."""
+    data = os.path.join(scratch, f"coverage-{name}")
+    os.makedirs(data)
+    rcfile = os.path.join(data, "coveragerc")
+    with open(rcfile, "w") as f:
+        f.write(COVERAGE_RC.format(source=os.path.join(tree, "ddpfaults"), data=data))
+    env = {**os.environ, "PYTHONPATH": tree, "COVERAGE_RCFILE": rcfile}
+    _, summary = timed_pytest(["-n", "3", "-q", "-p", "no:cacheprovider"], tree, env, coverage=rcfile)
+    subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", f"--rcfile={rcfile}"], cwd=tree, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "coverage", "report", "--format=total", "--precision=2", f"--rcfile={rcfile}"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout.strip()), summary
+
+
 def main() -> None:
     """Run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", default=BASE, help="the commit to compare against")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--coverage", action="store_true", help="line coverage of each tree instead of its time")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpfaults-bench-base-") as scratch:
         base = os.path.join(scratch, "base")
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base, args.base], check=True)
         try:
+            if args.coverage:
+                percents = {}
+                for name, tree in (("base", base), ("head", ROOT)):
+                    percents[name], summary = covered(tree, scratch, name)
+                    print(f"{name}: {percents[name]:.2f}% of ddpfaults/ lines  {summary}", flush=True)
+                print(f"coverage: base {args.base[:7]} {percents['base']:.2f}%, head {percents['head']:.2f}%")
+                return
             walls: dict[str, list[float]] = {"base": [], "head": []}
             for _ in range(args.repeat):
                 for name, tree in (("base", base), ("head", ROOT)):

@@ -114,18 +114,20 @@ def test_the_resume_check_s_copy_holds_the_files_a_run_may_write_and_links_what_
     assert not (copy / "pkg" / "__pycache__").exists() and not (copy / ".pytest_cache").exists()
 
 
-def test_a_world_given_a_directory_replays_from_any_directory(tmp_path):
+def test_a_world_given_a_directory_replays_from_any_directory(tmp_path, capsys, monkeypatch):
     """The replay line of a world run in a directory it was given (a pytest test's temporary one) names that
     directory absolutely: run from another directory it reruns the same world there (it once carried a --cwd
-    relative to where the test ran, which led nowhere from anywhere else)."""
+    relative to where the test ran, which led nowhere from anywhere else). The line is split as a shell would and
+    run in this process."""
     workdir, elsewhere = tmp_path / "work", tmp_path / "elsewhere" / "deeper"
     workdir.mkdir(), elsewhere.mkdir(parents=True)
     result = run_script(PLAIN, ["--checkpoint", "model.pt"], world_size=2, cwd=str(workdir))
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert f" --cwd {workdir} " in result.replay, result.replay
     os.remove(workdir / "model.pt")
-    command = result.replay.replace("python -m ddpfaults", f"{shlex.quote(sys.executable)} -m ddpfaults", 1)
-    replayed = subprocess.run(command, shell=True, cwd=elsewhere, capture_output=True, text=True)
+    program, *argv = shlex.split(result.replay)
+    assert program == "python" and argv[:2] == ["-m", "ddpfaults"], result.replay
+    replayed = ddpfaults_cli(capsys, monkeypatch, *argv[2:], cwd=elsewhere)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert (workdir / "model.pt").exists() and os.listdir(elsewhere) == []
 
