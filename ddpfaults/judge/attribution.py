@@ -2,7 +2,8 @@
 
 Where the ranks' collective sequences first disagree (:func:`ddpfaults.judge.verdict.first_divergence`) says
 where they split, not which side left the common path; at two ranks a vote cannot tell. The evidence, strongest
-first:
+first (after the order the ranks made their process groups in, :func:`ddpfaults.judge.groups.creation_order`,
+given by the caller: collectives in groups made in other orders meet crosswise, a divergence that order explains):
 
 1. **loop exit**: ranks whose DataLoader iterator ran out after fewer batches than a peer's same iterator;
 2. **own pattern**: ranks that, in one unit of their loop (a DataLoader batch where the ranks drew batches, else a
@@ -29,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ddpfaults.judge.ranks import format_ranks
-from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState
+from ddpfaults.judge.results import NOTHING_SHOWS, POINT_TO_POINT, Collective, Divergence, RankResult, RankState
 
 
 @dataclass(frozen=True)
@@ -235,11 +236,18 @@ def _left_the_block(ranks: list[RankResult], inside: list, outside: list, block,
 
 
 def attribute(
-    divergence: Divergence | None, ranks: list[RankResult], fired=(), branches: dict | None = None
+    divergence: Divergence | None,
+    ranks: list[RankResult],
+    fired=(),
+    branches: dict | None = None,
+    order: Evidence | None = None,
 ) -> Divergence | None:
     """``divergence`` with ``odd_ranks`` (and ``basis``) set from the evidence, strongest first (the module
     docstring); ``odd_ranks`` is empty when nothing shows which ranks diverged. ``fired``: the faults that fired;
-    ``branches``: the branches on their rank the ranks stand inside (:func:`branch_evidence`)."""
+    ``branches``: the branches on their rank the ranks stand inside (:func:`branch_evidence`); ``order``: the
+    ranks that made their process groups in another order (:func:`ddpfaults.judge.groups.creation_order`), which
+    comes before all else: collectives in groups the ranks made in other orders meet cross-wired, so their
+    divergence follows from it (naming no rank where that evidence is symmetric)."""
     if divergence is None:
         return None
     grouped = [r for g in divergence.groups for r in g.ranks]
@@ -251,6 +259,10 @@ def attribute(
             return odd
         return ()
 
+    if order is not None:
+        odd = whole_groups(order)
+        if odd or not order.ranks:
+            return dataclasses.replace(divergence, odd_ranks=odd, basis=order.shows)
     for found in (
         loop_exit(ranks),
         own_pattern(ranks),
@@ -263,7 +275,7 @@ def attribute(
     if len(sizes) >= 2 and sizes[0] < sizes[1]:
         smallest = min(divergence.groups, key=lambda g: len(g.ranks))
         return dataclasses.replace(divergence, odd_ranks=smallest.ranks, basis="")
-    return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
+    return dataclasses.replace(divergence, odd_ranks=(), basis=NOTHING_SHOWS)
 
 
 def culprits(ranks: list[RankResult], fired=(), branches: dict | None = None) -> Evidence | None:

@@ -2,11 +2,22 @@
 only, so a completed world with subgroups or a 2-D mesh shows no divergence, and a rank that skips a collective of
 its tp group is named in that group."""
 
+import os
+
 import pytest
 
-from ddpfaults import Outcome, run_world
+from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import RankKilled
-from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups, torch_pipeline
+from groupfns import (
+    crossed_waits,
+    group_pipeline,
+    groups_in_order,
+    mesh_2d,
+    pipeline,
+    subgroups,
+    torch_pipeline,
+    two_groups,
+)
 from processes import WORLD_GUARD
 
 
@@ -61,6 +72,48 @@ def test_a_rank_making_its_groups_in_another_order_is_named():
     assert result.elapsed < 60, result.report()  # the stall rule, not the timeout
     assert "ranks 0-3 wait in a process group made by new_group" in result.reason, result.reason
     assert "gloo's 30-minute default" in result.reason
+
+
+TWO_GROUPS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts", "two_groups.py"
+)
+
+
+def _two_groups(form, world_size, how):
+    """The world of ``scripts/two_groups.py`` (or its function form) with rank 1 making its groups ``how``."""
+    option = {"swap": "swap_rank", "extra": "extra_rank"}[how]
+    if form == "script":
+        argv = [f"--{option.replace('_', '-')}", "1"]
+        # fixed: the stall window of the hang (ranks waiting in new_group, which no proof reads); load calls none sooner
+        return run_script(TWO_GROUPS, argv, world_size=world_size, stall=1.0, timeout=WORLD_GUARD)
+    # fixed: the stall window of the hang (ranks waiting in new_group, which no proof reads); load calls none sooner
+    return run_world(two_groups, world_size=world_size, kwargs={option: 1}, stall=1.0, timeout=WORLD_GUARD)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+@pytest.mark.parametrize("how", ["swap", "extra"])
+def test_groups_made_in_another_order_by_one_rank_are_named_by_the_majority_and_symmetric_at_two(how, form, world_size):
+    """Rank 1 makes the world's groups b before a (``swap``: they connect crosswise, as torch names groups by a
+    per-process counter, and each rank waits in an all_reduce its peers make in the other group), or makes a group
+    of its own first (``extra``: every rank waits in new_group). At 4 ranks the three that agree name rank 1, by the
+    order it made its groups in, whatever the collectives then did; at 2 ranks, one order against the other, no
+    rank is named and the root cause says why (each side's order is as much a departure as the other's)."""
+    result = _two_groups(form, world_size, how)
+    assert result.outcome == Outcome.HUNG, result.report()
+    made = "process group b of ranks" if how == "swap" else "process group extra of ranks 1"
+    if world_size == 4:
+        assert result.root_rank == 1, result.report()
+        assert f"rank 1 made {made}" in result.root_cause and "as its process group #1" in result.root_cause
+        if how == "swap":
+            assert "rank 1 created b before a" in result.root_cause, result.report()
+    else:
+        assert result.root_rank is None, result.report()
+        assert "nothing shows which" in result.root_cause, result.report()
+        assert f"rank 0 made process group a of ranks 0, 1; rank 1 made {made}" in result.root_cause
+        assert "so nothing shows which order was meant" in result.root_cause, result.report()
+        if how == "extra":
+            assert "extra of ranks 1, which no other rank made" in result.root_cause, result.report()
 
 
 def test_groups_made_in_the_same_order_complete():
