@@ -127,33 +127,44 @@ def own_pattern(ranks: list[RankResult]) -> Evidence | None:
         for r in ranks
         if calls[r.rank]
     }
-    for unit in sorted({u for units in calls.values() for u in units}):
-        deviants, steady, usual_of, present = [], [], {}, []
-        for r in ranks:
-            if unit not in calls[r.rank]:
+    found = departed(patterns, complete)
+    if found is None:
+        return None
+    unit, deviants, steady, usual_at = found
+    kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
+    first = deviants[0]
+    made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
+    return Evidence(
+        tuple(deviants),
+        f"in {kind} {unit} {format_ranks(deviants)} made {made}, where {_possessive(deviants)} other "
+        f"{kinds} made {_calls_text(calls[first][usual_at[first]])}; {format_ranks(steady)} made "
+        f"{_possessive(steady)} usual ones",
+    )
+
+
+def departed(patterns: dict[int, dict[int, tuple]], complete: dict[int, list[int]]) -> tuple | None:
+    """The first unit of the ranks' loops where some ranks departed from their own usual pattern while every other
+    rank there kept to its own: ``(unit, deviants, steady, usual_at)`` (``usual_at``: a unit where each deviant made
+    its usual pattern), or None. ``patterns``: what each rank made in each unit it reached (any hashable per call);
+    ``complete``: each rank's units it ended (a unit it is still in departs only if what it made there so far is not
+    how its usual units begin)."""
+    for unit in sorted({u for units in patterns.values() for u in units}):
+        deviants, steady, usual_at, present = [], [], {}, []
+        for rank, units in patterns.items():
+            if unit not in units:
                 continue
-            present.append(r.rank)
-            usual = _usual(patterns[r.rank], complete[r.rank], unit)
-            made = patterns[r.rank][unit]
+            present.append(rank)
+            usual = _usual(units, complete.get(rank, []), unit)
+            made = units[unit]
             if usual is None:
                 continue
-            if made == usual if unit in complete[r.rank] else made == usual[: len(made)]:
-                steady.append(r.rank)
+            if made == usual if unit in complete[rank] else made == usual[: len(made)]:
+                steady.append(rank)
                 continue
-            deviants.append(r.rank)
-            usual_of[r.rank] = next(
-                calls[r.rank][u] for u in complete[r.rank] if u != unit and patterns[r.rank][u] == usual
-            )
+            deviants.append(rank)
+            usual_at[rank] = next(u for u in complete[rank] if u != unit and units[u] == usual)
         if deviants and steady and len(deviants) + len(steady) == len(present):
-            kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
-            first = deviants[0]
-            made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
-            return Evidence(
-                tuple(deviants),
-                f"in {kind} {unit} {format_ranks(deviants)} made {made}, where {_possessive(deviants)} other "
-                f"{kinds} made {_calls_text(usual_of[first])}; {format_ranks(steady)} made "
-                f"{_possessive(steady)} usual ones",
-            )
+            return unit, deviants, steady, usual_at
     return None
 
 

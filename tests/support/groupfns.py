@@ -211,3 +211,15 @@ def two_groups(ctx, swap_rank=None, extra_rank=None, steps=2):
         ctx.step(step)
         train_step(groups)
     return ctx.rank
+
+
+def pipeline_chunks(ctx, short_step=None, steps=4):
+    """The function form of ``scripts/pipeline_chunks.py``: a GPipe-ordered pipeline over blocking send/recv whose
+    stage 0 cuts each step's batch with ``chunk``; at ``short_step`` its batch holds one microbatch fewer."""
+    from scripts.pipeline_chunks import batch_of, pipeline_step
+
+    total = 0.0
+    for step in range(steps):
+        ctx.step(step)
+        total += pipeline_step(ctx.rank, ctx.world_size, batch_of(step, short_step) if ctx.rank == 0 else None)
+    return total
