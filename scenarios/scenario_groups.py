@@ -6,7 +6,8 @@ assert; docs/groups.md tells the story):
   groups before its dp groups. torch names groups by a per-process counter and gloo connects a group's members
   through the store under that name: every rank waits in ``new_group`` for ever (gloo's 30-minute default for a
   subgroup), hung, named as rank 2 ("rank 2 created tp before dp"). At 2 ranks the split is one against one and
-  names no one. ``fixed``: one order on every rank.
+  names no one, saying why (a group is made once: no earlier step of a rank's own shows which order was meant).
+  ``fixed``: one order on every rank.
 - ``subgroup_barrier``: each tp pair all_reduces per step; in ``naive`` rank 1 alone calls ``barrier(group=tp)``
   at step 1 (its partner never reaches it): the partner's next all_reduce meets the barrier, hung. The divergence
   is found in the tp pair of ranks 0 and 1 alone (the other pair is not compared with it), one against one and a
@@ -55,7 +56,11 @@ COMPLETED = ddpfaults.Expect("completed", values_equal=True)
     stall=SAFE_STALL,
     variants=_variants(
         {
-            2: {"kwargs": {"swap_rank": 1}, "stall": HANG_STALL, "expect": "hung"},
+            2: {
+                "kwargs": {"swap_rank": 1},
+                "stall": HANG_STALL,
+                "expect": ddpfaults.Expect("hung", root_cause="so nothing shows which order was meant"),
+            },
             4: {
                 "kwargs": {"swap_rank": 2},
                 "stall": HANG_STALL,

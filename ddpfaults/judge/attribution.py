@@ -2,7 +2,8 @@
 
 Where the ranks' collective sequences first disagree (:func:`ddpfaults.judge.verdict.first_divergence`) says
 where they split, not which side left the common path; at two ranks a vote cannot tell. The evidence, strongest
-first:
+first (after the order the ranks made their process groups in, :func:`ddpfaults.judge.groups.creation_order`,
+given by the caller: collectives in groups made in other orders meet crosswise, a divergence that order explains):
 
 1. **loop exit**: ranks whose DataLoader iterator ran out after fewer batches than a peer's same iterator;
 2. **own pattern**: ranks that, in one unit of their loop (a DataLoader batch where the ranks drew batches, else a
@@ -29,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ddpfaults.judge.ranks import format_ranks
-from ddpfaults.judge.results import POINT_TO_POINT, Collective, Divergence, RankResult, RankState
+from ddpfaults.judge.results import NOTHING_SHOWS, POINT_TO_POINT, Collective, Divergence, RankResult, RankState
 
 
 @dataclass(frozen=True)
@@ -126,33 +127,44 @@ def own_pattern(ranks: list[RankResult]) -> Evidence | None:
         for r in ranks
         if calls[r.rank]
     }
-    for unit in sorted({u for units in calls.values() for u in units}):
-        deviants, steady, usual_of, present = [], [], {}, []
-        for r in ranks:
-            if unit not in calls[r.rank]:
+    found = departed(patterns, complete)
+    if found is None:
+        return None
+    unit, deviants, steady, usual_at = found
+    kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
+    first = deviants[0]
+    made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
+    return Evidence(
+        tuple(deviants),
+        f"in {kind} {unit} {format_ranks(deviants)} made {made}, where {_possessive(deviants)} other "
+        f"{kinds} made {_calls_text(calls[first][usual_at[first]])}; {format_ranks(steady)} made "
+        f"{_possessive(steady)} usual ones",
+    )
+
+
+def departed(patterns: dict[int, dict[int, tuple]], complete: dict[int, list[int]]) -> tuple | None:
+    """The first unit of the ranks' loops where some ranks departed from their own usual pattern while every other
+    rank there kept to its own: ``(unit, deviants, steady, usual_at)`` (``usual_at``: a unit where each deviant made
+    its usual pattern), or None. ``patterns``: what each rank made in each unit it reached (any hashable per call);
+    ``complete``: each rank's units it ended (a unit it is still in departs only if what it made there so far is not
+    how its usual units begin)."""
+    for unit in sorted({u for units in patterns.values() for u in units}):
+        deviants, steady, usual_at, present = [], [], {}, []
+        for rank, units in patterns.items():
+            if unit not in units:
                 continue
-            present.append(r.rank)
-            usual = _usual(patterns[r.rank], complete[r.rank], unit)
-            made = patterns[r.rank][unit]
+            present.append(rank)
+            usual = _usual(units, complete.get(rank, []), unit)
+            made = units[unit]
             if usual is None:
                 continue
-            if made == usual if unit in complete[r.rank] else made == usual[: len(made)]:
-                steady.append(r.rank)
+            if made == usual if unit in complete[rank] else made == usual[: len(made)]:
+                steady.append(rank)
                 continue
-            deviants.append(r.rank)
-            usual_of[r.rank] = next(
-                calls[r.rank][u] for u in complete[r.rank] if u != unit and patterns[r.rank][u] == usual
-            )
+            deviants.append(rank)
+            usual_at[rank] = next(u for u in complete[rank] if u != unit and units[u] == usual)
         if deviants and steady and len(deviants) + len(steady) == len(present):
-            kind, kinds = ("DataLoader batch", "batches") if by_batch else ("step", "steps")
-            first = deviants[0]
-            made = _calls_text(calls[first][unit]) + ("" if unit in complete[first] else " so far")
-            return Evidence(
-                tuple(deviants),
-                f"in {kind} {unit} {format_ranks(deviants)} made {made}, where {_possessive(deviants)} other "
-                f"{kinds} made {_calls_text(usual_of[first])}; {format_ranks(steady)} made "
-                f"{_possessive(steady)} usual ones",
-            )
+            return unit, deviants, steady, usual_at
     return None
 
 
@@ -235,11 +247,18 @@ def _left_the_block(ranks: list[RankResult], inside: list, outside: list, block,
 
 
 def attribute(
-    divergence: Divergence | None, ranks: list[RankResult], fired=(), branches: dict | None = None
+    divergence: Divergence | None,
+    ranks: list[RankResult],
+    fired=(),
+    branches: dict | None = None,
+    order: Evidence | None = None,
 ) -> Divergence | None:
     """``divergence`` with ``odd_ranks`` (and ``basis``) set from the evidence, strongest first (the module
     docstring); ``odd_ranks`` is empty when nothing shows which ranks diverged. ``fired``: the faults that fired;
-    ``branches``: the branches on their rank the ranks stand inside (:func:`branch_evidence`)."""
+    ``branches``: the branches on their rank the ranks stand inside (:func:`branch_evidence`); ``order``: the
+    ranks that made their process groups in another order (:func:`ddpfaults.judge.groups.creation_order`), which
+    comes before all else: collectives in groups the ranks made in other orders meet cross-wired, so their
+    divergence follows from it (naming no rank where that evidence is symmetric)."""
     if divergence is None:
         return None
     grouped = [r for g in divergence.groups for r in g.ranks]
@@ -251,6 +270,10 @@ def attribute(
             return odd
         return ()
 
+    if order is not None:
+        odd = whole_groups(order)
+        if odd or not order.ranks:
+            return dataclasses.replace(divergence, odd_ranks=odd, basis=order.shows)
     for found in (
         loop_exit(ranks),
         own_pattern(ranks),
@@ -263,7 +286,7 @@ def attribute(
     if len(sizes) >= 2 and sizes[0] < sizes[1]:
         smallest = min(divergence.groups, key=lambda g: len(g.ranks))
         return dataclasses.replace(divergence, odd_ranks=smallest.ranks, basis="")
-    return dataclasses.replace(divergence, odd_ranks=(), basis="nothing shows which diverged")
+    return dataclasses.replace(divergence, odd_ranks=(), basis=NOTHING_SHOWS)
 
 
 def culprits(ranks: list[RankResult], fired=(), branches: dict | None = None) -> Evidence | None:

@@ -38,12 +38,15 @@ def _short(desc: str) -> str:
 
 
 def creation_order(ranks: list[RankResult]) -> Evidence | None:
-    """The ranks that made their process groups in another order than their peers, or None.
+    """The ranks that made their process groups in another order than their peers, or None where every rank made
+    them in one order.
 
     At the first place where the ranks' sequences of groups made differ (ranks that made fewer are left out: they
     may have stopped), the ranks are grouped by the group they made there; the single smallest group made theirs in
-    another order (``rank 2 created tp before dp``). A rank that made a group no other rank made there, while the
-    others all agree, is named however many ranks there are (two ranks split 1 against 1 name no one)."""
+    another order (``rank 2 created tp before dp``). Where the largest groups tie (1 against 1 at two ranks), the
+    evidence is symmetric: each side made, as its group #N, a group the other made elsewhere or never, and one
+    rank's order is as much the departure as the other's (groups are made once: no rank has earlier steps of its own
+    to depart from). That is evidence naming no rank (``ranks`` empty), saying why."""
     made = {r.rank: groups_made(r) for r in ranks}
     longest = max((len(m) for m in made.values()), default=0)
     for i in range(longest):
@@ -56,7 +59,7 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
         ordered = sorted(at.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
         (usual, main), (other, odd) = ordered[0], ordered[-1]
         if len(ordered[-1][1]) == len(ordered[-2][1]):
-            return None  # nothing shows which made them in another order
+            return _symmetric(ordered, made, i)
         before = ""
         if other[1] and usual[1] and other[1] != usual[1]:
             before = f": {format_ranks(odd)} created {_short(other[1])} before {_short(usual[1])}"
@@ -67,6 +70,21 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
         )
         return Evidence(tuple(sorted(odd)), shows)
     return None
+
+
+def _symmetric(ordered: list, made: dict, i: int) -> Evidence:
+    """Evidence naming no rank for groups made in other orders by sides of one size (``ordered``: each group made
+    as process group #``i + 1``, with the ranks that made it there; ``made``: each rank's groups in order)."""
+    sides = []
+    for group, members in ordered:
+        alone = not any(group in sequence for rank, sequence in made.items() if rank not in members)
+        sides.append(f"{format_ranks(members)} made {_name(group)}" + (", which no other rank made" if alone else ""))
+    return Evidence(
+        (),
+        f"as process group #{i + 1} {'; '.join(sides)}: as many ranks on each side, and a group made once leaves "
+        "no earlier step of a rank's own to depart from, so nothing shows which order was meant (every rank must "
+        "make the same groups in the same order)",
+    )
 
 
 def subgroup_timeout_note(waiting: dict[int, Collective | None]) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpfaults.judge.attribution import Evidence
+from ddpfaults.judge.attribution import HABIT, Evidence, departed
+from ddpfaults.judge.ranks import format_ranks
 from ddpfaults.judge.results import RankResult, RankState
 
 SENDS, RECEIVES = frozenset({"send", "isend"}), frozenset({"recv", "irecv"})
@@ -43,15 +44,21 @@ class Message:
         return f"{self.op}({shapes}) {way} rank {self.peer} at {self.site}{step}"
 
 
+def in_order(rank: RankResult) -> list[Message]:
+    """The rank's sends and receives, in the order it began them."""
+    return [
+        Message(rank.rank, e["root"], e["op"], tuple(e.get("shapes") or ()), e.get("step"), e.get("site"))
+        for e in rank.events
+        if e.get("k") == "enter" and e.get("op") in SENDS | RECEIVES and isinstance(e.get("root"), int)
+    ]
+
+
 def messages(rank: RankResult) -> tuple[dict, dict]:
     """The rank's sends by destination and receives by source, each in order: ``({peer: [Message]}, {...})``."""
     sends: dict[int, list[Message]] = {}
     receives: dict[int, list[Message]] = {}
-    for e in rank.events:
-        if e.get("k") != "enter" or e.get("op") not in SENDS | RECEIVES or not isinstance(e.get("root"), int):
-            continue
-        message = Message(rank.rank, e["root"], e["op"], tuple(e.get("shapes") or ()), e.get("step"), e.get("site"))
-        (sends if e["op"] in SENDS else receives).setdefault(e["root"], []).append(message)
+    for message in in_order(rank):
+        (sends if message.op in SENDS else receives).setdefault(message.peer, []).append(message)
     return sends, receives
 
 
@@ -65,7 +72,8 @@ def p2p_finding(ranks: list[RankResult]) -> Evidence | None:
     First a size mismatch (the n-th message from a sender to a receiver larger or smaller than the receiver's n-th
     buffer from it: the sender is named); else a count mismatch, at the first step whose counts differ in a pair
     whose short side can make no more (it ended, or is none of the pairs' waiting sides): the side that made fewer
-    is named, the sender of a message never sent, the receiver of one never received."""
+    is named, the sender of a message never sent, the receiver of one never received; where several pairs are short
+    and no short side ended, the rank whose own steps' messages changed (:func:`own_traffic`)."""
     traffic = {r.rank: messages(r) for r in ranks}
     states = {r.rank: r.state for r in ranks}
     pairs = []
@@ -91,7 +99,9 @@ def p2p_finding(ranks: list[RankResult]) -> Evidence | None:
         ended = states[short] in (RankState.FINISHED, RankState.RAISED, RankState.DIED)
         found.append((not ended, step is None, step if step is not None else 0, short, s, d, sent, received, step))
     if not found or (len(found) > 1 and all(f[0] for f in found)):
-        return None  # no short side ended, several pairs short (two ranks each sending first): nothing shows which
+        # no short side ended, several pairs short: the rank whose own steps' messages changed, if one did (a stage
+        # one microbatch short, waiting for gradients of its own while the next waits for the activation never sent)
+        return own_traffic(ranks) if found else None
     *_, short, s, d, sent, received, step = min(found, key=lambda f: f[:4])
     at = f" in step {step}" if step is not None else ""
     n_sent, n_received = (
@@ -108,6 +118,58 @@ def p2p_finding(ranks: list[RankResult]) -> Evidence | None:
             f"{sent[len(received)].describe()} is never received"
         )
     return Evidence((short,), shows)
+
+
+def own_traffic(ranks: list[RankResult]) -> Evidence | None:
+    """The ranks whose sends and receives in one step departed from those of their other steps while every other
+    rank kept to its own (:func:`ddpfaults.judge.attribution.departed`), or None. A step's pattern is the rank's
+    messages in order, by direction and peer: a stage whose batch held one microbatch fewer sent one activation
+    fewer and went on to receive gradients, where its other steps sent one more first; the stage waiting for that
+    activation made, so far, what its steps always begin with. A rank's first step, when it differs from all its
+    later complete ones and those agree, is set-up and left out (``torch.distributed.pipelining`` exchanges the
+    stages' shapes in a schedule's first step). Two ranks that each send to the other first have no earlier steps to
+    depart from: nothing is named."""
+    patterns: dict[int, dict[int, tuple]] = {}
+    complete: dict[int, list[int]] = {}
+    for r in ranks:
+        units: dict[int, list] = {}
+        for m in in_order(r):
+            if m.step is not None:
+                units.setdefault(m.step, []).append((m.op in SENDS, m.peer))
+        if not units:
+            continue
+        last = max(units) if r.last_step is None else max(max(units), r.last_step)
+        patterns[r.rank] = {u: tuple(units.get(u, ())) for u in range(min(units), last + 1)}
+        complete[r.rank] = [u for u in patterns[r.rank] if r.state == RankState.FINISHED or u < last]
+        done, made = complete[r.rank], patterns[r.rank]
+        if len(done) > HABIT and len({made[u] for u in done[1:]}) == 1 and made[done[0]] != made[done[1]]:
+            del made[done[0]]  # a first step unlike all the later ones is set-up (pipelining's shape exchange)
+            complete[r.rank] = done[1:]
+    found = departed(patterns, complete)
+    if found is None:
+        return None
+    step, deviants, steady, usual_at = found
+    first = deviants[0]
+    so_far = "" if step in complete[first] else " so far"
+    return Evidence(
+        tuple(deviants),
+        f"in step {step} {format_ranks(deviants)} made {_runs(patterns[first][step])}{so_far}, where "
+        f"{'its' if len(deviants) == 1 else 'their'} other steps made {_runs(patterns[first][usual_at[first]])}; "
+        f"{format_ranks(steady)} made {'its' if len(steady) == 1 else 'their'} usual ones",
+    )
+
+
+def _runs(pattern: tuple) -> str:
+    """``3 send(s) to rank 1, then 1 recv(s) from rank 1``: a step's messages (``(is a send, peer)``), runs counted."""
+    runs: list[list] = []
+    for message in pattern:
+        if runs and runs[-1][0] == message:
+            runs[-1][1] += 1
+        else:
+            runs.append([message, 1])
+    if not runs:
+        return "no send or receive"
+    return ", then ".join(f"{n} {'send(s) to' if send else 'recv(s) from'} rank {peer}" for (send, peer), n in runs)
 
 
 def split_finding(ranks: list[RankResult]) -> Evidence | None:

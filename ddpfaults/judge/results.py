@@ -65,6 +65,9 @@ _STATE_OUTCOME = {
 }
 
 
+#: a divergence's ``basis`` when no evidence shows which ranks diverged, and none says why
+NOTHING_SHOWS = "nothing shows which diverged"
+
 #: ops that pair two ranks (a send on one, a recv on the other, as many as the pattern needs): not compared
 #: position by position across all ranks
 POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
@@ -282,8 +285,10 @@ class Divergence:
         or, when nothing shows which ranks diverged, that the ranks disagree and how."""
         if not self.odd_ranks:
             everyone = [r for g in self.groups for r in g.ranks]
+            why = f" ({self.basis})" if self.basis and self.basis != NOTHING_SHOWS else ""
             return (
-                f"{format_ranks(everyone)} disagree at collective #{self.index} and nothing shows which diverged: "
+                f"{format_ranks(everyone)} disagree at collective #{self.index} and nothing shows which diverged"
+                + f"{why}: "
                 + "; ".join(f"{format_ranks(g.ranks)} {g.text()}" for g in self.groups)
             )
         odd_group = next(g for g in self.groups if set(g.ranks) <= set(self.odd_ranks))

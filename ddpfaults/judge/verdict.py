@@ -195,7 +195,7 @@ def root_cause(
                 shows = f" ({divergence.basis})" if divergence.basis else ""
                 return odd[0], f"{format_ranks(odd)} diverged at {divergence.describe()}{shows}; {aborted}"
             if deviation is not None:
-                return deviation.ranks[0], f"{format_ranks(deviation.ranks)} diverged: {deviation.shows}; {aborted}"
+                return _deviated(deviation, f"; {aborted}")
             if divergence is not None:
                 return None, f"{divergence.blame()}; {aborted}"
             return None, f"{aborted}; nothing shows which rank's collective differed"
@@ -221,7 +221,7 @@ def root_cause(
     if divergence is not None:
         return (divergence.odd_ranks or (None,))[0], divergence.blame()
     if deviation is not None:
-        return deviation.ranks[0], f"{format_ranks(deviation.ranks)} diverged: {deviation.shows}"
+        return _deviated(deviation)
     if failed:
         first = failed[0]
         return first.rank, _failure_text(first) + " (a hang symptom: no rank failed first)"
@@ -242,6 +242,14 @@ def root_cause(
             f"no traced collective diverged (wrap models with ctx.ddp to trace DDP's gradient reduction)"
         )
     return None, "no failure"
+
+
+def _deviated(deviation: Evidence, after: str = "") -> tuple[int | None, str]:
+    """The root cause the evidence ``deviation`` gives: the first rank it names and what shows it, or, where it
+    names none (symmetric evidence), no rank and why."""
+    if not deviation.ranks:
+        return None, f"nothing shows which rank diverged: {deviation.shows}{after}"
+    return deviation.ranks[0], f"{format_ranks(deviation.ranks)} diverged: {deviation.shows}{after}"
 
 
 #: what gloo prints when it aborts a receiver whose size check failed: its enforce (every torch), the message newer

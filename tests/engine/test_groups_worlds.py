@@ -2,11 +2,23 @@
 only, so a completed world with subgroups or a 2-D mesh shows no divergence, and a rank that skips a collective of
 its tp group is named in that group."""
 
+import os
+
 import pytest
 
-from ddpfaults import Outcome, run_world
+from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import RankKilled
-from groupfns import crossed_waits, group_pipeline, groups_in_order, mesh_2d, pipeline, subgroups, torch_pipeline
+from groupfns import (
+    crossed_waits,
+    group_pipeline,
+    groups_in_order,
+    mesh_2d,
+    pipeline,
+    pipeline_chunks,
+    subgroups,
+    torch_pipeline,
+    two_groups,
+)
 from processes import WORLD_GUARD
 
 
@@ -63,6 +75,47 @@ def test_a_rank_making_its_groups_in_another_order_is_named():
     assert "gloo's 30-minute default" in result.reason
 
 
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
+TWO_GROUPS = os.path.join(SCRIPTS, "two_groups.py")
+
+
+def _two_groups(form, world_size, how):
+    """The world of ``scripts/two_groups.py`` (or its function form) with rank 1 making its groups ``how``."""
+    option = {"swap": "swap_rank", "extra": "extra_rank"}[how]
+    if form == "script":
+        argv = [f"--{option.replace('_', '-')}", "1"]
+        # fixed: the stall window of the hang (ranks waiting in new_group, which no proof reads); load calls none sooner
+        return run_script(TWO_GROUPS, argv, world_size=world_size, stall=1.0, timeout=WORLD_GUARD)
+    # fixed: the stall window of the hang (ranks waiting in new_group, which no proof reads); load calls none sooner
+    return run_world(two_groups, world_size=world_size, kwargs={option: 1}, stall=1.0, timeout=WORLD_GUARD)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+@pytest.mark.parametrize("how", ["swap", "extra"])
+def test_groups_made_in_another_order_by_one_rank_are_named_by_the_majority_and_symmetric_at_two(how, form, world_size):
+    """Rank 1 makes the world's groups b before a (``swap``: they connect crosswise, as torch names groups by a
+    per-process counter, and each rank waits in an all_reduce its peers make in the other group), or makes a group
+    of its own first (``extra``: every rank waits in new_group). At 4 ranks the three that agree name rank 1, by the
+    order it made its groups in, whatever the collectives then did; at 2 ranks, one order against the other, no
+    rank is named and the root cause says why (each side's order is as much a departure as the other's)."""
+    result = _two_groups(form, world_size, how)
+    assert result.outcome == Outcome.HUNG, result.report()
+    made = "process group b of ranks" if how == "swap" else "process group extra of ranks 1"
+    if world_size == 4:
+        assert result.root_rank == 1, result.report()
+        assert f"rank 1 made {made}" in result.root_cause and "as its process group #1" in result.root_cause
+        if how == "swap":
+            assert "rank 1 created b before a" in result.root_cause, result.report()
+    else:
+        assert result.root_rank is None, result.report()
+        assert "nothing shows which" in result.root_cause, result.report()
+        assert f"rank 0 made process group a of ranks 0, 1; rank 1 made {made}" in result.root_cause
+        assert "so nothing shows which order was meant" in result.root_cause, result.report()
+        if how == "extra":
+            assert "extra of ranks 1, which no other rank made" in result.root_cause, result.report()
+
+
 def test_groups_made_in_the_same_order_complete():
     result = run_world(groups_in_order, world_size=4, timeout=WORLD_GUARD)
     assert result.outcome == Outcome.COMPLETED, result.report()
@@ -81,6 +134,32 @@ def test_a_stage_sending_one_microbatch_fewer_is_a_proved_deadlock_naming_it(wor
     assert result.root_rank == short, result.report()
     assert f"rank {short} sent 2 message(s) to rank {short + 1} in step 1" in result.root_cause, result.report()
     assert result.ranks[short + 1].where.startswith(f"in recv([8]) [from rank {short}]"), result.report()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("form", ["function", "script"])
+def test_a_stage_whose_batch_holds_one_microbatch_fewer_is_named_by_its_own_earlier_steps(form, world_size):
+    """GPipe by hand over blocking send/recv: stage 0 cuts each step's batch with ``chunk(4)``, and at step 2 its
+    batch of 6 rows gives 3 microbatches. It sends one activation fewer and waits for its first gradient while stage
+    1 waits for the fourth activation (and each later stage for its own): a proved deadlock in which every stage is
+    short on one pair, so the pair counts name no one; stage 0's own earlier steps (4 sends, then 4 receives) do."""
+    if form == "script":
+        path = os.path.join(SCRIPTS, "pipeline_chunks.py")
+        # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+        result = run_script(path, ["--short-step", "2"], world_size=world_size, stall=30.0, timeout=WORLD_GUARD)
+    else:
+        kwargs = {"short_step": 2}
+        # fixed: a stall far past the proof: the deadlock proof must decide, and proves within about a second
+        result = run_world(pipeline_chunks, world_size=world_size, kwargs=kwargs, stall=30.0, timeout=WORLD_GUARD)
+    assert result.outcome == Outcome.HUNG, result.report()
+    assert result.reason.startswith("deadlock proved"), result.report()
+    assert result.root_rank == 0, result.report()
+    assert (
+        "in step 2 rank 0 made 3 send(s) to rank 1, then 1 recv(s) from rank 1 so far, where its other steps made 4 "
+        "send(s) to rank 1, then 4 recv(s) from rank 1" in result.root_cause
+    ), result.report()
+    complete = run_world(pipeline_chunks, world_size=world_size, timeout=WORLD_GUARD)
+    assert complete.outcome == Outcome.COMPLETED and complete.divergence is None, complete.report()
 
 
 def test_two_ranks_sending_to_each_other_first_are_a_proved_deadlock_naming_no_one():
@@ -156,7 +235,8 @@ def test_sends_and_receives_addressed_by_group_rank_are_matched_by_global_rank()
 def test_torch_pipelining_runs_on_gloo_and_a_killed_stage_is_named():
     """torch.distributed.pipelining (PipelineStage + ScheduleGPipe, 2 stages) runs on gloo CPU: completed with no
     divergence (its isend/irecv matched pair by pair); a stage killed at step 1 is the crash's root cause and its
-    peer's error collateral. Slow: each rank imports torch.distributed.pipelining (5-25 s of a loaded machine)."""
+    peer's error collateral; a stage fed one microbatch fewer is named by its own earlier steps. Slow: each rank
+    imports torch.distributed.pipelining (5-25 s of a loaded machine)."""
     complete = run_world(torch_pipeline, world_size=2, timeout=WORLD_GUARD)
     assert complete.outcome == Outcome.COMPLETED, complete.report()
     assert complete.divergence is None, complete.report()
@@ -166,3 +246,9 @@ def test_torch_pipelining_runs_on_gloo_and_a_killed_stage_is_named():
     assert killed.root_rank == 1, killed.report()
     assert "rank 1 was killed by SIGKILL" in killed.root_cause, killed.report()
     assert killed.ranks[0].collateral, killed.report()
+    # stage 0 feeds the schedule of 3 at step 3: its own steps 1 and 2 (step 0 ran both schedules) name it
+    kwargs = {"short_step": 3, "steps": 5}
+    # fixed: the stall window of the hang (pipelining waits outside the traced calls: no proof); load calls none sooner
+    short = run_world(torch_pipeline, world_size=2, kwargs=kwargs, stall=2.0, timeout=WORLD_GUARD)
+    assert short.outcome == Outcome.HUNG and short.root_rank == 0, short.report()
+    assert "in step 3 rank 0 made 3 send(s) to rank 1, then 1 recv(s) from rank 1 so far" in short.root_cause

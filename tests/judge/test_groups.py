@@ -3,11 +3,14 @@ in, and each group's collectives compared among its members only (pure functions
 
 from __future__ import annotations
 
+import dataclasses
+
 from ddpfaults.events import group_key, group_label
+from ddpfaults.judge.attribution import attribute
 from ddpfaults.judge.flight import collectives, group_identities
 from ddpfaults.judge.groups import creation_order, subgroup_timeout_note
 from ddpfaults.judge.results import Collective, RankResult, RankState
-from ddpfaults.judge.verdict import first_divergence
+from ddpfaults.judge.verdict import first_divergence, root_cause
 
 
 def config(*groups) -> dict:
@@ -141,8 +144,65 @@ def test_groups_made_in_one_order_or_cut_short_are_no_finding():
     assert creation_order([making(0, *DP), making(1, *(DP + TP))]) is None  # rank 0 stopped after two
 
 
-def test_an_even_split_names_no_one():
-    assert creation_order([making(0, *(DP + TP)), making(1, *(TP + DP))]) is None
+def test_an_even_split_names_no_one_and_says_why():
+    """One order against the other at 2 ranks: each side made, as its group #1, a group the other made later (or
+    never): symmetric, a group being made once (no earlier step of a rank's own to depart from)."""
+    found = creation_order([making(0, *(DP + TP)), making(1, *(TP + DP))])
+    assert found.ranks == ()
+    assert found.shows.startswith(
+        "as process group #1 rank 0 made process group dp of ranks 0, 2; rank 1 made process group tp of ranks 0, 1: "
+        "as many ranks on each side"
+    ), found.shows
+    assert "so nothing shows which order was meant" in found.shows and "which no other rank made" not in found.shows
+    extra = creation_order([making(0, *DP), making(1, ((1,), "extra"), *DP)])
+    assert extra.ranks == ()
+    assert "rank 1 made process group extra of ranks 1, which no other rank made" in extra.shows, extra.shows
+    assert "rank 0 made process group dp of ranks 0, 2;" in extra.shows, extra.shows
+
+
+WHOLE = [((0, 1, 2, 3), "a"), ((0, 1, 2, 3), "b")]
+
+
+def crosswise(size: int, swapped: int = 1) -> list[RankResult]:
+    """Every rank makes groups a and b of the whole world, ``swapped`` b first, then all_reduces in its a: torch
+    names groups by the order each rank made them, so the swapped rank's a is its peers' b (``"0,1,2,3#1"``, the
+    second group of those members), and each side waits for the other in a different group."""
+    whole = [((tuple(range(size))), d) for _, d in WHOLE]
+    key = ",".join(str(r) for r in range(size))
+    world = []
+    for r in range(size):
+        made = making(r, *(whole[::-1] if r == swapped else whole))
+        group = f"{key}#1" if r == swapped else key
+        world.append(dataclasses.replace(made, collectives=[call(1, group, list(range(size)), size=2)]))
+    return world
+
+
+def test_groups_made_in_another_order_come_before_any_other_evidence_of_the_divergence_they_cause():
+    four = crosswise(4)
+    judged = attribute(first_divergence(four), four, order=creation_order(four))
+    assert judged.odd_ranks == (1,)
+    assert "rank 1 created b before a" in judged.basis
+    assert "rank 1 never called collective #1" in judged.blame() and "rank 1 created b before a" in judged.blame()
+    two = crosswise(2)
+    order = creation_order(two)
+    judged = attribute(first_divergence(two), two, order=order)
+    assert judged.odd_ranks == () and judged.basis == order.shows
+    blame = judged.blame()
+    assert blame.startswith("ranks 0, 1 disagree at collective #1 and nothing shows which diverged (as process group")
+    assert "so nothing shows which order was meant" in blame, blame
+    plain = attribute(first_divergence(two), two)  # without the order: no reason given
+    assert plain.odd_ranks == () and "(" not in plain.blame().split(":")[0]
+
+
+def test_symmetric_evidence_is_a_root_cause_naming_no_rank():
+    """Ranks waiting in new_group record no collective: the creation order alone is the root cause."""
+    two = [making(0, *DP), making(1, ((1,), "extra"), *DP)]
+    order = creation_order(two)
+    root, text = root_cause(two, None, "stall", deviation=order)
+    assert root is None
+    assert text == f"nothing shows which rank diverged: {order.shows}"
+    four = [making(r, *(((1,), "extra"),) if r == 1 else (), *DP) for r in range(4)]
+    assert root_cause(four, None, "stall", deviation=creation_order(four))[0] == 1
 
 
 def test_a_hang_in_a_subgroup_notes_glooss_30_minute_default():

@@ -4,7 +4,7 @@ functions over hand-built enter events)."""
 from __future__ import annotations
 
 from ddpfaults.judge.deadlock import P2P, Op, Stand, Standing, prove
-from ddpfaults.judge.p2p import begun, p2p_finding, split_finding
+from ddpfaults.judge.p2p import begun, own_traffic, p2p_finding, split_finding
 from ddpfaults.judge.results import RankResult, RankState
 
 
@@ -54,6 +54,69 @@ def test_a_receiver_taking_one_fewer_is_named_when_its_sender_waits_in_send():
     assert found.ranks == (1,) and "rank 1 received 1 message(s) from rank 0 in step 1, where rank 0 sent 2" in (
         found.shows
     )
+
+
+def gpipe(world, short_step=None, micro=4, steps=4, setup=False):
+    """A GPipe-ordered pipeline (every microbatch forward, then every one backward) at its hang: stage 0's batch at
+    ``short_step`` holds one microbatch fewer, so it sends one activation fewer and waits for its first gradient,
+    while every other stage forwards what it got and waits for the activation never sent. ``setup``: step 0 begins
+    with an exchange of shapes between each pair of stages (as torch.distributed.pipelining's first step does)."""
+
+    def forward(r, step, n):
+        for _ in range(n):
+            yield from ([enter("recv", r - 1, step)] if r > 0 else [])
+            yield from ([enter("send", r + 1, step)] if r < world - 1 else [])
+
+    def backward(r, step, n):
+        for _ in range(n):
+            yield from ([enter("recv", r + 1, step)] if r < world - 1 else [])
+            yield from ([enter("send", r - 1, step)] if r > 0 else [])
+
+    ranks = []
+    for r in range(world):
+        events = []
+        if setup:
+            events += [enter("send", r + 1, 0, 1)] if r < world - 1 else []
+            events += [enter("recv", r - 1, 0, 1)] if r > 0 else []
+        for step in range(steps if short_step is None else short_step):
+            events += [*forward(r, step, micro), *backward(r, step, micro)]
+        if short_step is not None:
+            events += forward(r, short_step, micro - 1)
+            events.append(enter("recv", 1, short_step) if r == 0 else enter("recv", r - 1, short_step))
+        ranks.append(rank(r, events, RankState.FINISHED if short_step is None else RankState.BLOCKED))
+    return ranks
+
+
+def test_a_stage_one_microbatch_short_is_named_by_its_own_earlier_steps():
+    """Each stage is short on one pair (stage 0 sent one activation fewer; stage 1 sent no gradient back while it
+    waits for it): the pair counts alone name no one. Stage 0's own steps do: it made 3 sends, then a receive,
+    where its other steps made 4 sends first; every other stage made, so far, what its steps begin with."""
+    for world in (2, 4):
+        ranks = gpipe(world, short_step=2)
+        found = p2p_finding(ranks)
+        assert found is not None and found.ranks == (0,), found
+        assert found.shows.startswith(
+            "in step 2 rank 0 made 3 send(s) to rank 1, then 1 recv(s) from rank 1 so far, where its other steps "
+            "made 4 send(s) to rank 1, then 4 recv(s) from rank 1;"
+        ), found.shows
+        others = "rank 1 made its usual ones" if world == 2 else "ranks 1-3 made their usual ones"
+        assert found.shows.endswith(others), found.shows
+    assert p2p_finding(gpipe(2)) is None and own_traffic(gpipe(4)) is None  # a completed pipeline
+
+
+def test_own_traffic_needs_two_earlier_steps_alike():
+    """Short at step 1: one earlier step is no habit; at step 2 of a rank whose earlier steps differ, no usual."""
+    assert own_traffic(gpipe(2, short_step=1)) is None
+    ranks = gpipe(2, short_step=2)
+    ranks[0].events = [e for e in ranks[0].events if not (e["step"] == 0 and e["op"] == "recv")]
+    assert own_traffic(ranks) is None
+
+
+def test_a_first_step_unlike_the_later_ones_is_set_up():
+    """A first step that also exchanged shapes is left out of the habit when the later complete steps agree."""
+    found = own_traffic(gpipe(2, short_step=3, setup=True))
+    assert found is not None and found.ranks == (0,) and found.shows.startswith("in step 3 rank 0 made 3 send(s)")
+    assert own_traffic(gpipe(2, short_step=2, setup=True)) is None  # one step after the set-up is no habit
 
 
 def test_a_larger_message_than_the_receivers_buffer_names_the_sender():

@@ -199,3 +199,27 @@ def groups_made(ctx, how, steps=3, skip_rank=None, skip_step=None):
                 dist.all_reduce(torch.ones(2), group=tp)
     dist.barrier()
     return float(total.item())
+
+
+def two_groups(ctx, swap_rank=None, extra_rank=None, steps=2):
+    """The function form of ``scripts/two_groups.py``: groups ``a`` and ``b`` of the whole world, ``swap_rank``
+    making ``b`` first, ``extra_rank`` first making a group of its own; each step all_reduces in ``a``, then ``b``."""
+    from scripts.two_groups import make_groups, train_step
+
+    groups = make_groups(ctx.rank, ctx.world_size, swap_rank, extra_rank)
+    for step in range(steps):
+        ctx.step(step)
+        train_step(groups)
+    return ctx.rank
+
+
+def pipeline_chunks(ctx, short_step=None, steps=4):
+    """The function form of ``scripts/pipeline_chunks.py``: a GPipe-ordered pipeline over blocking send/recv whose
+    stage 0 cuts each step's batch with ``chunk``; at ``short_step`` its batch holds one microbatch fewer."""
+    from scripts.pipeline_chunks import batch_of, pipeline_step
+
+    total = 0.0
+    for step in range(steps):
+        ctx.step(step)
+        total += pipeline_step(ctx.rank, ctx.world_size, batch_of(step, short_step) if ctx.rank == 0 else None)
+    return total

@@ -310,13 +310,12 @@ def judge(observer: Observer, spec: RunSpec, reason: StopReason, *, plan=(), **a
     done = [dataclasses.replace(r, collectives=recorded[r.rank] or r.collectives) for r in ranks]
     finished = all(r.state == RankState.FINISHED for r in ranks)  # no failure: nothing to single out
     inside = {} if finished else branches.find(ranks)  # where each rank's control flow went: rank-only code
-    divergence = attribute(first_divergence_found(ranks, recorded), done, fired, inside)
     # a rank that made its process groups in another order waits in new_group (or trains on cross-wired)
+    order = None if finished else creation_order(ranks)
+    divergence = attribute(first_divergence_found(ranks, recorded), done, fired, inside, order)
     # point-to-point messages are matched pair by pair (judge/p2p.py), never in the collective sequences
     deviation = (
-        None
-        if finished
-        else (creation_order(ranks) or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired, inside))
+        None if finished else (order or p2p_finding(ranks) or split_finding(ranks) or culprits(done, fired, inside))
     )
     deadline = spec.startup_limit if reason == StopReason.STARTUP else spec.timeout
     cause = find_cause(ranks, plan)
