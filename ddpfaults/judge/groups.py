@@ -42,7 +42,8 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
     them in one order.
 
     At the first place where the ranks' sequences of groups made differ (ranks that made fewer are left out: they
-    may have stopped), the ranks are grouped by the group they made there; the single smallest group made theirs in
+    may have stopped; groups each made there by exactly their members are no difference: ``new_group(...,
+    use_local_synchronization=True)`` is called by the members alone), the ranks are grouped by the group they made there; the single smallest group made theirs in
     another order (``rank 2 created tp before dp``). Where the largest groups tie (1 against 1 at two ranks), the
     evidence is symmetric: each side made, as its group #N, a group the other made elsewhere or never, and one
     rank's order is as much the departure as the other's (groups are made once: no rank has earlier steps of its own
@@ -54,8 +55,8 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
         for rank, sequence in made.items():
             if i < len(sequence):
                 at.setdefault(sequence[i], []).append(rank)
-        if len(at) < 2:
-            continue
+        if len(at) < 2 or all(set(makers) == set(group[0]) for group, makers in at.items()):
+            continue  # one group, or each made by exactly its members (use_local_synchronization: only they call)
         ordered = sorted(at.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
         (usual, main), (other, odd) = ordered[0], ordered[-1]
         if len(ordered[-1][1]) == len(ordered[-2][1]):

@@ -144,6 +144,14 @@ def test_groups_made_in_one_order_or_cut_short_are_no_finding():
     assert creation_order([making(0, *DP), making(1, *(DP + TP))]) is None  # rank 0 stopped after two
 
 
+def test_groups_each_made_by_exactly_their_members_are_no_finding():
+    """``new_group(ranks, use_local_synchronization=True)`` is called by the group's members alone: ranks 0, 1 make
+    tp of ranks 0, 1 where ranks 2, 3 make tp of ranks 2, 3, and that is one order, not two."""
+    assert creation_order([making(r, TP[r // 2]) for r in range(4)]) is None
+    assert creation_order([making(r, TP[r // 2], *DP) for r in range(4)]) is None
+    assert creation_order([making(r, TP[r // 2] if r != 3 else TP[0]) for r in range(4)]) is not None  # 3 no member
+
+
 def test_an_even_split_names_no_one_and_says_why():
     """One order against the other at 2 ranks: each side made, as its group #1, a group the other made later (or
     never): symmetric, a group being made once (no earlier step of a rank's own to depart from)."""
