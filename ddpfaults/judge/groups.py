@@ -43,11 +43,12 @@ def creation_order(ranks: list[RankResult]) -> Evidence | None:
 
     At the first place where the ranks' sequences of groups made differ (ranks that made fewer are left out: they
     may have stopped; groups each made there by exactly their members are no difference: ``new_group(...,
-    use_local_synchronization=True)`` is called by the members alone), the ranks are grouped by the group they made there; the single smallest group made theirs in
-    another order (``rank 2 created tp before dp``). Where the largest groups tie (1 against 1 at two ranks), the
-    evidence is symmetric: each side made, as its group #N, a group the other made elsewhere or never, and one
-    rank's order is as much the departure as the other's (groups are made once: no rank has earlier steps of its own
-    to depart from). That is evidence naming no rank (``ranks`` empty), saying why."""
+    use_local_synchronization=True)`` is called by the members alone), the ranks are grouped by the group they made
+    there; the single smallest group made theirs in another order (``rank 2 created tp before dp``). Where the
+    largest groups tie (1 against 1 at two ranks), the evidence is symmetric: each side made, as its group #N, a
+    group the other made elsewhere or never, and one rank's order is as much the departure as the other's (groups
+    are made once: no rank has earlier steps of its own to depart from). That is evidence naming no rank (``ranks``
+    empty), saying why."""
     made = {r.rank: groups_made(r) for r in ranks}
     longest = max((len(m) for m in made.values()), default=0)
     for i in range(longest):
