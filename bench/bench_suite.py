@@ -18,15 +18,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def timed_pytest(args: list[str], cwd: str, env: dict, coverage: str | None = None) -> tuple[float, str]:
-    """Wall seconds of one ``python -m pytest`` run with ``args`` in ``cwd``, and its summary line; ``coverage``: an
-    rcfile to run it under ``coverage run`` with."""
+    """Wall seconds of one ``python -m pytest`` run with ``args`` in ``cwd``, and its summary line (and a line per
+    failed test); ``coverage``: an rcfile to run it under ``coverage run`` with."""
     measure = ["-m", "coverage", "run", f"--rcfile={coverage}"] if coverage else []
     t0 = time.perf_counter()
     command = [sys.executable, *measure, "-m", "pytest", *args]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     lines = [line for line in done.stdout.splitlines() if " passed" in line or " failed" in line]
-    return wall, (lines[-1] if lines else done.stdout[-300:])
+    failures = [line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return wall, "\n  ".join([lines[-1] if lines else done.stdout[-300:], *failures])
 
 
 def run_suite(workers: int, reuse: bool, **environ: str | None) -> tuple[float, str]:
