@@ -19,6 +19,7 @@ measured later, :func:`measured`), ``step`` and ``wall``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -85,6 +86,18 @@ def listen(ctx, note, first: bool = False) -> None:
 def unlisten(ctx, note) -> None:
     """Stop telling ``note`` of ``ctx``'s files (other listeners stay)."""
     _notes[:] = [(c, n) for c, n in _notes if not (c is ctx and n == note)]
+
+
+@contextlib.contextmanager
+def quiet():
+    """Inside the block this thread's file events are ddpfaults' own (a checkpoint fault cutting or restoring the
+    job's file), not the job's."""
+    busy = getattr(_inside, "busy", False)
+    _inside.busy = True
+    try:
+        yield
+    finally:
+        _inside.busy = busy
 
 
 def saved(path) -> None:
