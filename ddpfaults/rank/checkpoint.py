@@ -26,6 +26,7 @@ This module lives under ``ddpfaults/rank/`` on purpose: its frames count as mach
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -84,7 +85,7 @@ class _Window:
         _cut(path, half)
         name = os.path.basename(path)
         how = f"SIGKILLed the writer mid-save of {name} after {half} of {size} bytes were on disk ({path})"
-        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL")
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL", file=path)
         os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
@@ -118,7 +119,7 @@ class _TornWindow(_Window):
         ) + f" ({by}), then wrote the rest"
         name = os.path.basename(path)
         where = f"{name} with {half} of {len(data)} bytes on disk ({path})"
-        ctx.record_fired(self.fault, f"held the writer of {where} until {how}", effect="checkpoint")
+        ctx.record_fired(self.fault, f"held the writer of {where} until {how}", effect="checkpoint", file=path)
 
     def close(self) -> None:
         """The writer is past the fault's step: a reader still waiting for its checkpoint waits no longer."""
@@ -151,7 +152,7 @@ class _Reader:
         _write_flag(_flag(self.ctx, self.step, f"read.{self.ctx.rank}"))
         name, size = os.path.basename(event["path"]), os.stat(event["path"]).st_size  # on disk as it opens it
         how = f"read {name} with {size} of {torn['size']} bytes on disk ({event['path']}) while the writer held it"
-        self.ctx.record_fired(self.fault, how, effect="checkpoint")
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", file=event["path"])
 
     def _torn(self) -> dict | None:
         """Wait until the writer holds its checkpoint torn (returned: its path and whole size) or is known elsewhere
@@ -220,6 +221,18 @@ def window_ends(ctx=None) -> None:
         files.unlisten(window.ctx, window.note)
         _window = None
         window.close()
+
+
+def reads_after_restart(ctx) -> None:
+    """A job of an attempt after one whose plan held a checkpoint fault: record each file it reads in its timeline
+    (the judge names the writer of a file cut before the restart that the ranks then failed reading)."""
+    if any(isinstance(f, (TornCheckpointWrite, WriterKilledMidSave)) and f.attempt < ctx.attempt for f in ctx.faults):
+        files.listen(ctx, functools.partial(_read, ctx))
+
+
+def _read(ctx, event: dict) -> None:
+    if event["how"] == "read":
+        ctx.record_read(event)
 
 
 def _cut(path: str, size: int) -> None:
