@@ -130,16 +130,13 @@ def _hook(event: str, args: tuple) -> None:
     if job is None or running.current() is not job[0] or os.getpid() != job[1]:
         return
     ctx, _, own = job
-    _inside.busy = True
-    try:
+    with quiet():  # a listener's own files (a checkpoint fault's flags and cuts) are none of the job's
         found = _event(event, args, own)
         if found is not None:
             record = events.event("file", **found, step=ctx.current_step, wall=time.time())
             for owner, note in list(_notes):
                 if owner is ctx:
                     note(record)
-    finally:
-        _inside.busy = False
 
 
 def _event(event: str, args: tuple, own: frozenset) -> dict | None:
