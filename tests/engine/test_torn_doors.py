@@ -3,7 +3,8 @@
 ``torch.save`` or ``torch.load`` of a path) has its checkpoint held torn while the other ranks read it back with
 ``open``. Readers that do not synchronise with the writer read the torn file and crash, as under torchrun; readers
 behind a barrier read the whole file; an atomic writer (temp file + ``os.replace``) is held before the rename, so its
-readers read the old checkpoint and the world completes."""
+readers read the old checkpoint and the world completes. A checkpoint ``numpy.save`` writes is torn the same way for a
+reader's ``numpy.load``."""
 
 import os
 import re
@@ -11,6 +12,7 @@ import re
 import pytest
 
 import ddpfaults
+import rankfns
 import restartfns
 from ddpfaults.faults import TornCheckpointWrite
 from processes import WORLD_GUARD
@@ -78,3 +80,18 @@ def test_readers_behind_a_barrier_or_of_an_atomic_save_never_read_it_torn(form, 
     held = _held(result)
     assert (held["name"], held["readers"]) == (name, "no reader read it torn"), held.string
     assert [f.rank for f in result.fired] == [0], result.report()  # no reader read it torn
+
+
+def test_a_checkpoint_numpy_writes_is_torn_for_a_reader_numpy_loads_it_with():
+    """``numpy.save``/``numpy.load`` (no torch in the checkpoint's path): the reader's ``np.load`` reads the file with
+    half its bytes on disk and fails."""
+    result = ddpfaults.run_world(
+        rankfns.numpy_checkpoint, world_size=2, faults=[TornCheckpointWrite(writer=0, step=1)], startup=WORLD_GUARD
+    )
+    assert result.outcome == "crashed" and result.root_rank == 1, result.report()
+    held = _held(result)
+    assert (held["name"], held["readers"]) == ("weights.npy", "rank(s) 1 read it torn"), held.string
+    on_disk = f"{held['half']} of {held['size']} bytes on disk ({held['path']})"
+    read = [f.how for f in result.fired if f.rank == 1]
+    assert read == [f"read weights.npy with {on_disk} while the writer held it"], result.report()
+    assert "could only read 120 elements" in result.root_cause, result.report()  # 960 of 2048 bytes of data: 120 floats
