@@ -42,7 +42,7 @@ KINDS: dict[str, frozenset] = {
         ),
         "exit": ("seq",),
         "ddp_finalize": ("pg_seq", "step", "thread"),
-        "fault": ("index", "fault", "how", "step", "effect", "signal"),
+        "fault": ("index", "fault", "how", "step", "effect", "signal", "file"),
         "links_dropped": ("count", "step"),
         "saved": ("step", "file", "took"),
         "file": ("how", "path", "mode", "size", "src", "step"),

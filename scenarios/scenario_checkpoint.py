@@ -3,11 +3,11 @@
 Measured on gloo (what the variants assert):
 
 - ``torn_naive``: rank 0 saves in place, the others load at once. ``TornCheckpointWrite`` holds the
-  write mid-file until every reader has tried: each reader raises "PytorchStreamReader failed reading
-  zip archive: failed finding central directory" (symptom A). Without the fault the same code fails
+  file on disk torn (half its bytes) until every reader has read it: each reader raises "PytorchStreamReader failed
+  reading zip archive: failed finding central directory" (symptom A). Without the fault the same code fails
   at random (FileNotFoundError, EOFError, zip errors), which is why the fault exists.
-- ``torn_fixed``: temp file + ``os.replace``, then barrier / load / barrier: the held write is never
-  seen, every rank loads the identical state.
+- ``torn_fixed``: temp file + ``os.replace``, then barrier / load / barrier: the temp file is held torn before its
+  rename while the readers wait in the barrier, never seen; every rank loads the identical state.
 - ``killed_naive`` / ``killed_fixed``: rank 0 is SIGKILLed halfway through its second save. The world
   crashes either way (rank 0 died); each survivor, waiting for the writer's point-to-point "saved"
   message, gets "Connection closed by peer", then probes the checkpoint on disk as a restarted job

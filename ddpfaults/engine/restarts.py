@@ -97,10 +97,11 @@ def merge(results: list[WorldResult], plan: Plan) -> WorldResult:
 
 def _torn_before(results: list[WorldResult], plan: Plan) -> WorldResult:
     """The last attempt's result, its root cause the writer of a file an earlier attempt tore when the last one
-    failed reading it (every rank's ``CheckpointException`` names the ranks whose reads failed, not the writer),
-    and nothing else explained its end."""
+    failed reading it (every rank's ``CheckpointException`` names the ranks whose reads failed, not the writer; every
+    rank raising reading a file a checkpoint fault cut looks like a common error, which it is not), and nothing else
+    explained its end."""
     last = results[-1]
-    if last.cause is not None or last.outcome == Outcome.COMPLETED:
+    if last.outcome == Outcome.COMPLETED or (last.cause is not None and last.cause.kind != "common_error"):
         return last
     for attempt in range(len(results) - 2, -1, -1):
         before = tuple(f for r in results[attempt].ranks for f in r.fired)

@@ -9,8 +9,8 @@ of a script world) and ``skips_collective`` before each traced collective; data
 faults (``EmptyBatch``, ``SchemaDrift``, ``UnevenInputs``) act on the batches a
 ``DataLoader`` yields and ``DeviceMismatch`` on the construction of DDP, unless
 scenario code asks for them through ``ctx.fault(Kind)``; checkpoint faults
-(``TornCheckpointWrite``, ``WriterKilledMidSave``) intercept ``torch.save`` /
-``torch.load`` in the rank (armed when their step starts), the DCP faults (``TornDcpWrite``,
+(``TornCheckpointWrite``, ``WriterKilledMidSave``) act at the checkpoint file on disk,
+whatever writes it, through the rank's file record (armed when their step starts), the DCP faults (``TornDcpWrite``,
 ``CheckpointNotVisible``, ``AsyncSaveKilled``) DCP's file writes, existence checks and ``async_save``;
 ``OutOfMemory`` limits its rank's
 address space when its step starts; the link faults (``SlowLink``, ``DroppedLink``) act as their

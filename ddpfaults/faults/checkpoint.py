@@ -1,11 +1,10 @@
-"""Checkpoint faults: the writer rank's checkpoint file is killed halfway (whatever writes it), or its ``torch.save``
-torn.
+"""Checkpoint faults at the writer rank's checkpoint file on disk, whatever writes it: the writer killed with half of
+it written, or the file held torn while the readers read.
 
-These are values like every fault; their effect lives in :mod:`ddpfaults.rank.checkpoint` (the file on disk, seen
-through the rank's file record, for ``WriterKilledMidSave``; the interception of ``torch.save`` / ``torch.load`` for
-``TornCheckpointWrite``), armed inside a rank when a step a fault applies to starts (:mod:`ddpfaults.rank.effects`),
-so the code under test needs no change. Arming is not firing: the fault fires when the writer's save is torn or killed
-(a step without a save leaves it unfired).
+These are values like every fault; their effect lives in :mod:`ddpfaults.rank.checkpoint` (the file seen through the
+rank's file record), armed inside a rank when a step a fault applies to starts (:mod:`ddpfaults.rank.effects`), so the
+code under test needs no change. Arming is not firing: the fault fires when the writer's checkpoint is torn or its
+writer killed (a step without a save leaves it unfired).
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ class _CheckpointFault(Fault):
 
     @property
     def effect_ranks(self) -> None:
-        """Every rank: a checkpoint fault's handshake (flag files keyed by step) involves the readers too."""
+        """Every rank: a torn checkpoint's handshake (flag files keyed by step) involves the readers too."""
         return None
 
     def same_effect(self, other: Fault) -> str | None:
-        """Two checkpoint faults at one step: the first takes the writer's save (and the step's handshake)."""
+        """Two checkpoint faults at one step: the first takes the writer's checkpoint file and handshake."""
         return "interrupt the step's checkpoint save" if isinstance(other, _CheckpointFault) else None
 
     def _fields(self) -> dict:
@@ -47,14 +46,19 @@ class _CheckpointFault(Fault):
 
 
 class TornCheckpointWrite(_CheckpointFault):
-    """The ``writer``'s ``torch.save`` is held mid-file until every other rank has tried to load it
-    (or is waiting in a collective the writer has not reached), then completes.
+    """The ``writer``'s checkpoint file is held torn on disk (half its bytes) while the other ranks read, then
+    completed.
 
-    Deterministic, no sleeps: a reader's ``torch.load`` at that step first waits for the writer to
-    be mid-file, so a reader that does not synchronise reads a truncated file
-    (``failed finding central directory``); a reader behind a barrier never sees it. The
-    handshake uses flag files in ``ctx.shared_dir``. Applies on every rank (readers take part: a reader notes
-    each collective it enters, so the writer stops holding for a reader blocked there).
+    The checkpoint is the first file of at least 512 bytes the writer writes in the fault's step, whatever writes it
+    (``torch.save`` to a path, ``open(path, "wb")`` of a buffer ``torch.save`` filled, numpy): once complete (the
+    writer moves on: another file, an ``os.replace``, a collective, its next step), it is cut to half its bytes and the
+    writer held until every reader has moved on (or waits in a collective the writer has not reached), then the rest
+    is written back. Deterministic, no sleeps: a reader's read at that step (``torch.load``, ``open``, numpy) first
+    waits until the writer holds its file torn (or is blocked in a collective, or past its step), so a reader that does
+    not synchronise reads a truncated file (``failed finding central directory``); a reader behind a barrier reads the
+    whole one; an atomic save (temp file + ``os.replace``) is held before the rename, so its readers load the old
+    checkpoint. The handshake uses flag files in ``ctx.shared_dir``; it applies on every rank (readers take part).
+    The fired record names the file and its bytes on disk: the writer's, and each reader's that read it torn.
     """
 
     def applies(self, rank: int, step: int | None) -> bool:

@@ -3,7 +3,10 @@ processes, no torch), each giving a :class:`~ddpfaults.judge.results.Cause` or N
 
 - **torn file**: a fault that leaves a file torn (``TornDcpWrite``) fired, and the ranks failed reading a checkpoint
   (DCP's ``CheckpointException``, which names the ranks whose reads failed: with AdamW every rank's, since the
-  replicated step counters are stored once, in one rank's file). The culprit is the torn file's writer.
+  replicated step counters are stored once, in one rank's file); or a checkpoint fault cut a file on disk in an
+  attempt before a restart (``WriterKilledMidSave``: its fired record's ``file``) and every rank of the last
+  attempt that failed on its own had read that file (its ``file`` events) before it raised. The culprit is the torn
+  file's writer.
 - **preemption**: a ``Preempt`` sent its notice to every rank, and every rank that failed was ended by it (its
   signal, a ``SystemExit`` or ``KeyboardInterrupt`` its handler raised, or the grace period's SIGKILL), or failed
   only as a consequence. The scheduler stopped the job: no rank is at fault. The outcome stays the one the ranks'
@@ -44,16 +47,34 @@ def torn_file(ranks: list[RankResult], plan=(), *, before: tuple = (), attempt: 
     fired = before or [f for r in ranks for f in r.fired]
     torn = [f for f in fired if f.index < len(plan) and plan[f.index].leaves_torn_file]
     readers = [r for r in ranks if RankState(r.state) in _FAILED and _named(r)]
-    if not torn or not readers:
+    if torn and readers:
+        failed = format_ranks([r.rank for r in readers])
+        error = f"the checkpoint load's exception {failed} raised names {format_ranks(_named(readers[0]))} as failed"
+        return _torn_cause(torn, error, attempt)
+    cut = [f for f in before if f.file is not None]
+    raised = [r for r in ranks if RankState(r.state) == RankState.RAISED and not r.collateral]
+    if not cut or not raised or not all(_read(r) & {f.file for f in cut} for r in raised):
         return None
+    torn = [f for f in cut if any(f.file in _read(r) for r in raised)]
+    error = f"{format_ranks([r.rank for r in raised])} read {torn[0].file} and raised {raised[0].error}"
+    return _torn_cause(torn, error, attempt)
+
+
+def _read(rank: RankResult) -> set:
+    """The files ``rank`` read, as its ``file`` events recorded them (a job after a restart that follows a checkpoint
+    fault records them)."""
+    return {e["path"] for e in rank.events if e.get("k") == "file" and e.get("how") == "read"}
+
+
+def _torn_cause(torn: list, error: str, attempt: int | None) -> Cause:
+    """The cause naming the writer of the torn file (``torn``: the fired faults that tore it, the first one told)."""
     writers = sorted({f.rank for f in torn})
     first = torn[0]
-    failed = format_ranks([r.rank for r in readers])
     return Cause(
         "torn_file",
         culprit=writers[0] if len(writers) == 1 else None,
         ranks=tuple(writers),
-        error=f"the checkpoint load's exception {failed} raised names {format_ranks(_named(readers[0]))} as failed",
+        error=error,
         step=first.step,
         fault=first.fault,
         how=first.how if attempt is None else f"in attempt {attempt}, before the restart: {first.how}",

@@ -126,6 +126,7 @@ class FiredFault:
     how: str
     effect: str = ""  # what it did, as data: one of ddpfaults.events.EFFECTS
     signal: str | None = None  # the signal it killed its rank with, if it did
+    file: str | None = None  # the file it cut on disk (a checkpoint fault's, resolved), if it did
 
     def describe(self) -> str:
         """``RankCrash(rank=1, step=2) fired on rank 1 at step 2 (on_step)``."""

@@ -1,19 +1,24 @@
-"""Checkpoint faults taking effect inside a rank: the file on disk (``WriterKilledMidSave``), ``torch.save`` /
-``torch.load`` interception (``TornCheckpointWrite``).
+"""Checkpoint faults taking effect inside a rank, at the checkpoint file on disk, whatever writes it (``torch.save``
+to a path, ``open(path, "wb")`` of a buffer, numpy), seen through the rank's file record (:mod:`ddpfaults.rank.files`).
 
-``WriterKilledMidSave`` acts on the file its writer writes in the fault's step, whatever writes it (``torch.save``
-to a path, ``open(path, "wb")`` of a buffer, numpy), seen through the rank's file record
-(:mod:`ddpfaults.rank.files`): once the file is complete (the writer moves on: another file event, such as the
-``os.replace`` of an atomic save, a collective, the next step or the job's end), it is cut to half its bytes, made
-durable, and the writer SIGKILLed — before the rename of an atomic save, so the old checkpoint stays, as under
-torchrun. Files smaller than :data:`SMALLEST_CHECKPOINT` (a ``latest`` pointer, a marker) are left whole: the
-checkpoint is the first larger one.
+The writer's checkpoint is the first file of at least :data:`SMALLEST_CHECKPOINT` bytes it writes in the fault's step
+(a ``latest`` pointer or a marker is left whole). It is complete when the writer moves on: another file event (such
+as the ``os.replace`` of an atomic save, before the rename happens), a collective, the next step or the job's end.
+Then:
 
-``TornCheckpointWrite`` has :func:`install` called when a step it applies to starts (:mod:`ddpfaults.rank.effects`);
-from then on this process's ``torch.save`` and ``torch.load`` consult the running job's rank context
-(:mod:`ddpfaults.rank.running`) and are inert unless it applies at its current step. The writer's save is written
-half, then held until every reader took part; a reader's load at a torn step first waits for the writer to be
-mid-file. The handshake uses flag files in ``ctx.shared_dir``, never sleeps guessed from timings.
+- ``WriterKilledMidSave``: the file is cut to half its bytes, made durable, and the writer SIGKILLed — before the
+  rename of an atomic save, so the old checkpoint stays, as under torchrun;
+- ``TornCheckpointWrite``: the file is cut to half its bytes and the writer held there until every reader has moved
+  on, then the rest is written back and the writer goes on. A reader's read (an ``open`` for reading, whatever
+  issues it: ``torch.load``, ``open``, numpy) at that step first waits until the writer holds its file torn, or is
+  known elsewhere (blocked in a collective the reader has not reached, past its step); a reader that opened the torn
+  file has moved on at its next other file event, collective, step or the job's end. So a reader that does not
+  synchronise with the writer reads the torn file, a reader behind a barrier the whole one, and a reader of an
+  atomic save's target the old checkpoint.
+
+The handshake uses flag files in ``ctx.shared_dir`` (keyed by attempt and step), never sleeps guessed from timings;
+each rank counts the traced collectives it enters at torn steps (the same order on every rank) and publishes the
+count, so a held writer stops waiting for a reader blocked in a collective, and a reader for a writer blocked in one.
 
 This module lives under ``ddpfaults/rank/`` on purpose: its frames count as machinery
 (:func:`ddpfaults.rank.context.is_machinery`), never as the site of a user's error.
@@ -21,14 +26,12 @@ This module lives under ``ddpfaults/rank/`` on purpose: its frames count as mach
 
 from __future__ import annotations
 
-import contextlib
-import io
+import functools
+import json
 import os
 import signal
 import time
 import weakref
-
-import torch
 
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
 from ddpfaults.rank import files, running
@@ -36,60 +39,218 @@ from ddpfaults.rank import files, running
 #: upper bound of any checkpoint handshake wait: only reached if a peer died before taking part
 HANDSHAKE_LIMIT = 30.0
 
+#: the smallest file taken for the checkpoint (``torch.save`` of an empty dict writes 1261 bytes; a ``latest``
+#: pointer or a marker file is far smaller)
+SMALLEST_CHECKPOINT = 512
+
 #: traced collectives each rank context entered at torn steps (one counter per job's context)
 _entered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def install() -> None:
-    """Route this process's torch.save / torch.load through the armed checkpoint faults (patched once)."""
-    if getattr(torch.save, "__ddpfaults_checkpoint__", False):
-        return
-    original_save, original_load = torch.save, torch.load
+class _Window:
+    """An armed checkpoint fault on its writer: the file being written in the fault's step (None: none yet), acted on
+    (:meth:`act`) once the first file of a checkpoint's size is complete."""
 
-    def save(obj, f, *args, **kwargs):
-        """torch.save, interrupted halfway on the writer of an armed checkpoint fault."""
-        active, faults = _armed(TornCheckpointWrite)
-        for armed in faults:
-            if active.rank == armed.writer:
-                buffer = io.BytesIO()
-                original_save(obj, buffer, *args, **kwargs)
-                return _write_interrupted(active, armed, buffer.getvalue(), f)
-        return original_save(obj, f, *args, **kwargs)
+    def __init__(self, ctx, fault):
+        self.ctx, self.fault, self.step = ctx, fault, ctx.current_step
+        self.writing: str | None = None
+        self.spent = False
 
-    def load(f, *args, **kwargs):
-        """torch.load; on a reader at a torn step it first waits for the writer to be mid-file."""
-        active, torn = _armed(TornCheckpointWrite)
-        torn = [a for a in torn if active.rank != a.writer]
-        if not torn:
-            return original_load(f, *args, **kwargs)
-        mid = _flag(active, f"mid.{active.current_step}")
-        if _wait_for(lambda: os.path.exists(mid)):
-            done = os.path.exists(_flag(active, f"done.{active.current_step}"))
-            state = "after the writer's held save had completed" if done else "while the writer was mid-file"
-            active.record_fired(torn[0], f"torch.load of {_name(f)} started {state}", effect="checkpoint")
+    def note(self, event: dict) -> None:
+        """A file event of the writer's job: the file it was writing is complete (it moved on); the next is noted."""
+        if self.spent or not self.fault.applies(self.ctx.rank, self.ctx.current_step):
+            return
+        self.complete()
+        if event["how"] == "wrote" and not self.spent:
+            self.writing = event["path"]
+
+    def complete(self) -> None:
+        """The file being written is complete: unless it is smaller than a checkpoint, act on it."""
+        path, self.writing = self.writing, None
+        if path is None or self.spent or running.current() is not self.ctx:
+            return
         try:
-            return original_load(f, *args, **kwargs)
+            size = os.stat(path).st_size
+        except OSError:
+            return  # moved away already, or removed: nothing of it to cut
+        if size < SMALLEST_CHECKPOINT:
+            return
+        self.spent = True
+        with files.quiet():  # the fault's own reads and writes of the file are no file events of the job
+            self.act(path, size)
+
+    def act(self, path: str, size: int) -> None:
+        """``WriterKilledMidSave``: cut the file to half its bytes, durably, and SIGKILL the writer."""
+        half = size // 2
+        _cut(path, half)
+        name = os.path.basename(path)
+        how = f"SIGKILLed the writer mid-save of {name} after {half} of {size} bytes were on disk ({path})"
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL", file=path)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        """The writer's step or job ends."""
+
+
+class _TornWindow(_Window):
+    """An armed ``TornCheckpointWrite`` on its writer."""
+
+    def act(self, path: str, size: int) -> None:
+        """Cut the file to half its bytes and hold the writer until every reader moved on, then write the rest."""
+        ctx = self.ctx
+        with open(path, "rb") as f:
+            data = f.read()
+        half = len(data) // 2
+        _cut(path, half)
+        _write_flag(_flag(ctx, self.step, "mid"), json.dumps({"path": path, "size": len(data)}))
+        readers = [r for r in range(ctx.world_size) if r != ctx.rank]
+        released = _wait_for(lambda: all(_moved_on(ctx, self.step, r) for r in readers))
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data[half:], half)
+            os.fsync(fd)
         finally:
-            _write_flag(_flag(active, f"load.{active.current_step}.{active.rank}"))
+            os.close(fd)
+        _write_flag(_flag(ctx, self.step, "done"))
+        read = [r for r in readers if os.path.exists(_flag(ctx, self.step, f"read.{r}"))]
+        by = f"rank(s) {', '.join(map(str, read))} read it torn" if read else "no reader read it torn"
+        how = (
+            "every reader had moved on" if released else f"the {HANDSHAKE_LIMIT:g} s handshake limit"
+        ) + f" ({by}), then wrote the rest"
+        name = os.path.basename(path)
+        where = f"{name} with {half} of {len(data)} bytes on disk ({path})"
+        ctx.record_fired(self.fault, f"held the writer of {where} until {how}", effect="checkpoint", file=path)
 
-    save.__ddpfaults_checkpoint__ = load.__ddpfaults_checkpoint__ = True
-    torch.save, torch.load = save, load
+    def close(self) -> None:
+        """The writer is past the fault's step: a reader still waiting for its checkpoint waits no longer."""
+        _write_flag(_flag(self.ctx, self.step, f"left.{self.ctx.rank}"))
 
 
-def note_collective(ctx, writer: int) -> None:
-    """Count a traced collective ``ctx``'s rank enters at a torn step (the same order on every rank);
-    a reader (any rank but ``writer``) publishes its count, so a held writer sees it blocked there."""
-    entered = _entered.get(ctx, 0) + 1
-    _entered[ctx] = entered
-    if ctx.rank != writer:
-        _write_flag(_flag(ctx, f"calls.{ctx.rank}"), str(entered))
+class _Reader:
+    """An armed ``TornCheckpointWrite`` on a reader: its reads at the fault's step wait for the writer's checkpoint,
+    and it tells the writer when it moved on from the torn file."""
+
+    def __init__(self, ctx, fault: TornCheckpointWrite):
+        self.ctx, self.fault, self.step = ctx, fault, ctx.current_step
+        self.reading: str | None = None  # the torn file it opened (until it moves on)
+        self.left = False
+
+    def note(self, event: dict) -> None:
+        """A file event of the reader's job: a read waits for the writer; any other file moves it on."""
+        if self.left or not self.fault.applies(self.ctx.rank, self.ctx.current_step):
+            return
+        if self.reading is not None:
+            if not (event["how"] == "read" and event["path"] == self.reading):  # reading it again is still reading
+                self.close()
+            return
+        if event["how"] != "read":
+            return
+        torn = self._torn()
+        if torn is None or torn["path"] != event["path"] or os.path.exists(_flag(self.ctx, self.step, "done")):
+            return
+        self.reading = event["path"]
+        _write_flag(_flag(self.ctx, self.step, f"read.{self.ctx.rank}"))
+        name, size = os.path.basename(event["path"]), os.stat(event["path"]).st_size  # on disk as it opens it
+        how = f"read {name} with {size} of {torn['size']} bytes on disk ({event['path']}) while the writer held it"
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", file=event["path"])
+
+    def _torn(self) -> dict | None:
+        """Wait until the writer holds its checkpoint torn (returned: its path and whole size) or is known elsewhere
+        (None): past its step, or blocked in a collective this reader has not reached."""
+        ctx, writer = self.ctx, self.fault.writer
+        mid, left = _flag(ctx, self.step, "mid"), _flag(ctx, self.step, f"left.{writer}")
+        _wait_for(lambda: os.path.exists(mid) or os.path.exists(left) or _calls(ctx, writer) > _entered.get(ctx, 0))
+        try:
+            with open(mid) as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        """The reader moved on from the torn file, or is past the fault's step."""
+        if not self.left:
+            self.left = True
+            _write_flag(_flag(self.ctx, self.step, f"left.{self.ctx.rank}"))
 
 
-def _flag(ctx, name: str) -> str:
-    """Path of handshake flag ``name`` in the world's shared directory."""
+_window: _Window | _Reader | None = None
+
+
+def _arm(ctx, watcher) -> None:
+    global _window
+    window_ends()
+    _window = watcher
+    files.listen(ctx, watcher.note, first=True)  # it acts before a rename happens: no one else notes it first
+
+
+def kill_mid_file(ctx, fault: WriterKilledMidSave) -> None:
+    """Arm ``fault`` on its writer as a step it applies to starts: watch the files its job writes (not yet an effect:
+    it fires when a file is cut and the writer killed; a step that writes none leaves it unfired)."""
+    if ctx.rank == fault.writer:
+        _arm(ctx, _Window(ctx, fault))
+
+
+def tear_mid_file(ctx, fault: TornCheckpointWrite) -> None:
+    """Arm ``fault`` as a step it applies to starts: the writer watches the files it writes, a reader its reads (not
+    yet an effect: it fires when the writer holds a file torn, and on a reader that reads it so)."""
+    _arm(ctx, _TornWindow(ctx, fault) if ctx.rank == fault.writer else _Reader(ctx, fault))
+
+
+def entering(ctx, op: str, counted: bool = True) -> None:
+    """``ctx``'s rank enters collective ``op`` at a step a checkpoint fault applies to: the file its writer was
+    writing is complete (acted on there, before the rank's count moves); ``counted``: the rank publishes how many
+    collectives it entered at torn steps."""
+    window_ends(ctx)
+    if counted:
+        entered = _entered.get(ctx, 0) + 1
+        _entered[ctx] = entered
+        _write_flag(_flag(ctx, None, f"calls.{ctx.rank}"), str(entered))
+
+
+def window_ends(ctx=None) -> None:
+    """The rank moved on: the file a writer was writing is complete (acted on there). ``ctx`` given (it enters a
+    collective): only the armed job's, and the window stays open; else (its next step starts, its job ends) the
+    window closes."""
+    global _window
+    window = _window
+    if window is None or (ctx is not None and window.ctx is not ctx):
+        return
+    if isinstance(window, _Window):
+        window.complete()
+    if ctx is None:
+        files.unlisten(window.ctx, window.note)
+        _window = None
+        window.close()
+
+
+def reads_after_restart(ctx) -> None:
+    """A job of an attempt after one whose plan held a checkpoint fault: record each file it reads in its timeline
+    (the judge names the writer of a file cut before the restart that the ranks then failed reading)."""
+    if any(isinstance(f, (TornCheckpointWrite, WriterKilledMidSave)) and f.attempt < ctx.attempt for f in ctx.faults):
+        files.listen(ctx, functools.partial(_read, ctx))
+
+
+def _read(ctx, event: dict) -> None:
+    if event["how"] == "read":
+        ctx.record_read(event)
+
+
+def _cut(path: str, size: int) -> None:
+    """Truncate ``path`` to ``size`` bytes, durably."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _flag(ctx, step: int | None, name: str) -> str:
+    """Path of handshake flag ``name`` (of ``step``'s handshake; None: of every torn step) in the world's shared
+    directory, for this attempt."""
     directory = os.path.join(ctx.shared_dir, ".ddpfaults-checkpoint")
     os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, name)
+    return os.path.join(directory, f"{ctx.attempt}.{'' if step is None else f'{step}.'}{name}")
 
 
 def _write_flag(path: str, text: str = "") -> None:
@@ -97,6 +258,21 @@ def _write_flag(path: str, text: str = "") -> None:
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
+
+
+def _calls(ctx, rank: int) -> int:
+    """How many collectives ``rank`` has entered at torn steps (as it published)."""
+    try:
+        with open(_flag(ctx, None, f"calls.{rank}")) as f:
+            return int(f.read() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def _moved_on(ctx, step: int, reader: int) -> bool:
+    """True if ``reader`` moved on from ``step``'s torn file (or its step), or entered a collective the held writer
+    has not reached."""
+    return os.path.exists(_flag(ctx, step, f"left.{reader}")) or _calls(ctx, reader) > _entered.get(ctx, 0)
 
 
 def _wait_for(condition) -> bool:
@@ -107,125 +283,3 @@ def _wait_for(condition) -> bool:
             return False
         time.sleep(0.002)
     return True
-
-
-def _armed(kind) -> tuple:
-    """The current rank context and its checkpoint faults of ``kind`` that apply now (none between jobs)."""
-    ctx = running.current()
-    if ctx is None:
-        return None, []
-    return ctx, [f for f in ctx.attempt_faults() if isinstance(f, kind) and f.applies(ctx.rank, ctx.current_step)]
-
-
-def _name(f) -> str:
-    """The base name of a checkpoint target (a path or a file object), for the fired-fault text."""
-    name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
-    return os.path.basename(name) if isinstance(name, str) else type(f).__name__
-
-
-def _write_interrupted(ctx, fault: TornCheckpointWrite, data: bytes, f) -> None:
-    """Write half of ``data`` to ``f`` (path or binary file), durably; hold it until every reader took part, then
-    write the rest."""
-    owned = isinstance(f, (str, os.PathLike))
-    with open(f, "wb") if owned else contextlib.nullcontext(f) as handle:
-        half = len(data) // 2
-        handle.write(data[:half])
-        handle.flush()
-        if hasattr(handle, "fileno"):
-            os.fsync(handle.fileno())
-        where = f"{_name(f)} after {half} of {len(data)} bytes"
-        readers = [r for r in range(ctx.world_size) if r != ctx.rank]
-        _write_flag(_flag(ctx, f"mid.{ctx.current_step}"))
-        released = _wait_for(lambda: all(_reader_done(ctx, r) for r in readers))
-        how = (
-            "every reader had tried to load it or was waiting in a collective"
-            if released
-            else f"the {HANDSHAKE_LIMIT:g} s handshake limit"
-        )
-        ctx.record_fired(fault, f"held torch.save of {where} until {how}", effect="checkpoint")
-        handle.write(data[half:])
-        handle.flush()
-        _write_flag(_flag(ctx, f"done.{ctx.current_step}"))
-
-
-def _reader_done(ctx, reader: int) -> bool:
-    """True if ``reader`` tried a load at this step, or entered a collective this writer has not reached."""
-    if os.path.exists(_flag(ctx, f"load.{ctx.current_step}.{reader}")):
-        return True
-    try:
-        with open(_flag(ctx, f"calls.{reader}")) as f:
-            return int(f.read() or 0) > _entered.get(ctx, 0)
-    except FileNotFoundError:
-        return False
-
-
-#: the smallest file :class:`WriterKilledMidSave` takes for the checkpoint (``torch.save`` of an empty dict writes
-#: 1261 bytes; a ``latest`` pointer or a marker file is far smaller)
-SMALLEST_CHECKPOINT = 512
-
-
-class _Window:
-    """An armed ``WriterKilledMidSave`` on its writer: the file being written in its step (None: none yet)."""
-
-    def __init__(self, ctx, fault: WriterKilledMidSave):
-        self.ctx, self.fault, self.writing = ctx, fault, None
-
-    def note(self, event: dict) -> None:
-        """A file event of the writer's job: the file it was writing is complete (it moved on); the next is noted."""
-        if not self.fault.applies(self.ctx.rank, self.ctx.current_step):
-            return
-        self.complete()
-        if event["how"] == "wrote":
-            self.writing = event["path"]
-
-    def complete(self) -> None:
-        """The file being written is complete: unless it is smaller than a checkpoint, cut it to half its bytes,
-        durably, and SIGKILL the writer."""
-        path, self.writing = self.writing, None
-        if path is None or running.current() is not self.ctx:
-            return
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            return  # moved away already, or removed: nothing of it to cut
-        if size < SMALLEST_CHECKPOINT:
-            return
-        half = size // 2
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, half)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        name = os.path.basename(path)
-        how = f"SIGKILLed the writer mid-save of {name} after {half} of {size} bytes were on disk ({path})"
-        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL")
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-_window: _Window | None = None
-
-
-def kill_mid_file(ctx, fault: WriterKilledMidSave) -> None:
-    """Arm ``fault`` on its writer as a step it applies to starts: watch the files its job writes (not yet an effect:
-    it fires when a file is cut and the writer killed; a step that writes none leaves it unfired)."""
-    global _window
-    if ctx.rank != fault.writer:
-        return
-    window_ends()
-    _window = _Window(ctx, fault)
-    files.listen(ctx, _window.note, first=True)  # it kills before a rename happens: no one else notes it
-
-
-def window_ends(ctx=None) -> None:
-    """The writer moved on: the file it was writing is complete (cut, and the writer killed, there). ``ctx`` given
-    (it enters a collective): only the armed job's, and the window stays open; else (its next step starts, its job
-    ends) the window closes."""
-    global _window
-    window = _window
-    if window is None or (ctx is not None and window.ctx is not ctx):
-        return
-    window.complete()
-    if ctx is None:
-        files.unlisten(window.ctx, window.note)
-        _window = None

@@ -209,9 +209,10 @@ class RankContext:
         self._fired_once.add(key)
         return True
 
-    def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None) -> None:
+    def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None, file: str | None = None) -> None:
         """Record in this rank's timeline that ``fault`` took effect: ``how`` says what it did in words, ``effect``
-        as data (one of :data:`ddpfaults.events.EFFECTS`), ``signal`` the signal it kills the rank with, if any."""
+        as data (one of :data:`ddpfaults.events.EFFECTS`), ``signal`` the signal it kills the rank with, if any,
+        ``file`` the file it cut on disk (a checkpoint fault's, resolved), if any."""
         self._events.emit(
             "fault",
             index=self.faults.index(fault),
@@ -220,7 +221,13 @@ class RankContext:
             step=self.current_step,
             effect=effect,
             signal=signal,
+            **({"file": file} if file is not None else {}),
         )
+
+    def record_read(self, event: dict) -> None:
+        """Record in this rank's timeline a file it opened for reading (``event``: a ``file`` event of
+        :mod:`ddpfaults.rank.files`): the evidence that it read a checkpoint a fault cut before a restart."""
+        self._events.emit("file", **{k: event[k] for k in ("how", "path", "mode", "size", "step") if k in event})
 
     # -- collectives ----------------------------------------------------------------------
     def batch_drawn(self, iterator: int, yielded: int) -> None:

@@ -4,11 +4,11 @@ looks the effect up here).
 
 - ``OutOfMemory``: the rank's address space is limited when its step starts (:mod:`ddpfaults.rank.memory`), and
   lifted when its next step starts or its job ends; it fires when an allocation fails under the limit;
-- the checkpoint faults (:mod:`ddpfaults.rank.checkpoint`): ``WriterKilledMidSave`` watches the files its writer
-  writes in its step (the rank's file record) and cuts the one complete as the writer moves on (a file event, a
-  collective, the next step, the job's end), then kills it; for ``TornCheckpointWrite`` ``torch.save``/``torch.load``
-  are intercepted when its step starts, and a reader of a torn checkpoint counts the collectives it enters, so the
-  writer stops holding for a reader blocked there;
+- the checkpoint faults (:mod:`ddpfaults.rank.checkpoint`): the writer watches the files it writes in the fault's
+  step (the rank's file record) and acts on the one complete as it moves on (a file event, a collective, the next
+  step, the job's end): ``WriterKilledMidSave`` cuts it and kills the writer, ``TornCheckpointWrite`` holds it cut
+  until every reader moved on (a reader's reads at that step wait for it; every rank counts the collectives it
+  enters there, so neither side waits for a peer blocked in one);
 - the DCP faults (``TornDcpWrite``, ``CheckpointNotVisible``, ``AsyncSaveKilled``): ``os.fsync``, ``os.rename``,
   ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` are wrapped when their step starts
   (:mod:`ddpfaults.rank.dcp`);
@@ -58,12 +58,6 @@ def _limit_memory(ctx, fault: OutOfMemory) -> None:
     )
 
 
-def _intercept_checkpoints(ctx, fault: TornCheckpointWrite) -> None:
-    """Route this process's torch.save/torch.load through the torn-write fault (idempotent). Not an effect yet: the
-    fault fires when the writer's save is torn (a step without a save leaves it unfired)."""
-    checkpoint.install()
-
-
 def _file_complete(ctx, fault: WriterKilledMidSave, op: str, maker: str = "user") -> None:
     """The writer entering a collective has completed the file it was writing: cut it and die there."""
     checkpoint.window_ends(ctx)
@@ -75,13 +69,13 @@ def _intercept_dcp(ctx, fault) -> None:
     dcp.install()
 
 
-def _note_torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str = "user") -> bool:
-    """A reader entering a collective or a receive at a torn step tells the writer (which stops holding); it skips
-    nothing. Sends are not counted on any rank: a reader's receive waits for a send the held writer has yet to make
-    (counted, a writer's three isends to its readers put it ahead of each reader's one recv, and a second torn step
-    was held the 30 s limit; not counting the receive held every torn step that long)."""
-    if op not in SENDS:
-        checkpoint.note_collective(ctx, fault.writer)
+def _torn_collective(ctx, fault: TornCheckpointWrite, op: str, maker: str = "user") -> bool:
+    """A rank entering a collective or a receive at a torn step: the writer's file is complete (held torn there), and
+    the rank publishes its count (a held writer stops waiting for a reader blocked there, a reader for a writer); it
+    skips nothing. Sends are not counted on any rank: a reader's receive waits for a send the held writer has yet to
+    make (counted, a writer's three isends to its readers put it ahead of each reader's one recv, and a second torn
+    step was held the 30 s limit; not counting the receive held every torn step that long)."""
+    checkpoint.entering(ctx, op, counted=op not in SENDS)
     return False
 
 
@@ -102,7 +96,7 @@ def _drop_links(ctx, fault: DroppedLink, op: str, maker: str = "user") -> str | 
 EFFECTS = {
     OutOfMemory: Effect(arm=_limit_memory),
     WriterKilledMidSave: Effect(arm=checkpoint.kill_mid_file, before_collective=_file_complete),
-    TornCheckpointWrite: Effect(arm=_intercept_checkpoints, skips_collective=_note_torn_collective),
+    TornCheckpointWrite: Effect(arm=checkpoint.tear_mid_file, skips_collective=_torn_collective),
     DroppedLink: Effect(before_collective=_drop_links),
     Preempt: Effect(arm=preempt.deliver),
     TornDcpWrite: Effect(arm=_intercept_dcp),

@@ -19,6 +19,7 @@ measured later, :func:`measured`), ``step`` and ``wall``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -87,6 +88,18 @@ def unlisten(ctx, note) -> None:
     _notes[:] = [(c, n) for c, n in _notes if not (c is ctx and n == note)]
 
 
+@contextlib.contextmanager
+def quiet():
+    """Inside the block this thread's file events are ddpfaults' own (a checkpoint fault cutting or restoring the
+    job's file), not the job's."""
+    busy = getattr(_inside, "busy", False)
+    _inside.busy = True
+    try:
+        yield
+    finally:
+        _inside.busy = busy
+
+
 def saved(path) -> None:
     """Note that the running job writes ``path`` through a door the audit events miss (``torch.save`` to a path)."""
     if isinstance(path, (str, bytes, os.PathLike)):
@@ -117,16 +130,13 @@ def _hook(event: str, args: tuple) -> None:
     if job is None or running.current() is not job[0] or os.getpid() != job[1]:
         return
     ctx, _, own = job
-    _inside.busy = True
-    try:
+    with quiet():  # a listener's own files (a checkpoint fault's flags and cuts) are none of the job's
         found = _event(event, args, own)
         if found is not None:
             record = events.event("file", **found, step=ctx.current_step, wall=time.time())
             for owner, note in list(_notes):
                 if owner is ctx:
                     note(record)
-    finally:
-        _inside.busy = False
 
 
 def _event(event: str, args: tuple, own: frozenset) -> dict | None:

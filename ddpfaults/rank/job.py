@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ddpfaults.errors import UnpicklableReturnValue
-from ddpfaults.rank import context, cuda_on_cpu, dcp, effects, files, resume, running, wrapped
+from ddpfaults.rank import checkpoint, context, cuda_on_cpu, dcp, effects, files, resume, running, wrapped
 from ddpfaults.rank.context import RankContext, is_machinery
 
 #: the path every rank's main-thread stack is cut below (frames under it are the launchers' own)
@@ -73,6 +73,7 @@ def run_job(
     seed_everything(ctx.seed)
     running.activate(ctx)
     files.begin(ctx)  # its file events go to whoever listens (the resume check, a checkpoint fault)
+    checkpoint.reads_after_restart(ctx)
     result = {"value": None, "error": None, "traceback": None, "site": None, "wrapped": []}
     wrapped.forget()
     try:

@@ -1,5 +1,5 @@
 """The checkpoint race as a torchrun training script: rank 0 saves ``best_stg1.pth`` after step 1, every rank
-reloads its EMA copy from it. No ddpfaults calls: ``TornCheckpointWrite`` acts on ``torch.save``/``torch.load``.
+reloads its EMA copy from it. No ddpfaults calls: ``TornCheckpointWrite`` acts on the checkpoint file on disk.
 
 ``--save inplace --sync none`` is the field's code; ``--save atomic --sync barrier`` the fix (temp file and
 ``os.replace``, barrier, load, barrier); ``--sync rank0`` the barrier indented under ``if rank == 0``.

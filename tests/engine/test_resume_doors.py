@@ -16,6 +16,7 @@ import pytest
 import ddpfaults
 import restartfns
 from ddpfaults.faults import RankKilled, WriterKilledMidSave
+from ddpfaults.judge.ranks import format_ranks
 from processes import EVENT_GUARD, WORLD_GUARD
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
@@ -112,10 +113,18 @@ def _killed_mid_save(form: str, world_size: int, atomic: bool):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_a_writer_killed_mid_save_tears_the_in_place_checkpoint_and_spares_the_atomic_one(form, world_size):
     """``WriterKilledMidSave`` at the file its writer writes through ``open`` (no ``torch.save`` to a path): in place,
-    every restart crashes loading the torn checkpoint, as under torchrun; atomic, the kill comes before the rename and
-    the run resumes from the last good checkpoint, equivalent."""
+    every restart crashes loading the torn checkpoint, as under torchrun, and the writer of the torn file is the cause
+    (it read "every rank raised ValueError: ..., a common cause, no rank at fault"); atomic, the kill comes before the
+    rename and the run resumes from the last good checkpoint, equivalent."""
     torn = _killed_mid_save(form, world_size, atomic=False)
     assert [a["outcome"] for a in torn.attempts] == ["crashed", "crashed"], torn.report()
+    assert torn.root_rank == 0 and torn.cause.kind == "torn_file" and torn.cause.ranks == (0,), torn.report()
+    assert torn.root_cause.startswith(
+        "rank 0 wrote a torn file at step 6 (WriterKilledMidSave(writer=0, step=6): in attempt 0, before the restart: "
+        "SIGKILLed the writer mid-save of ckpt.pt after"
+    ), torn.root_cause
+    readers = format_ranks(range(world_size))
+    assert f"; {readers} read {torn.fired[0].file} and raised " in torn.root_cause, torn.root_cause
     assert "negative seek value" in torn.root_cause or "central directory" in torn.root_cause, torn.report()
     written = re.match(r"SIGKILLed the writer mid-save of ckpt\.pt after (\d+) of (\d+) bytes were on disk \((.*)\)$",
                        torn.fired[0].how)  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ddpfaults.faults import Preempt, RankCrash, TornDcpWrite
+from ddpfaults.faults import Preempt, RankCrash, TornDcpWrite, WriterKilledMidSave
 from ddpfaults.judge.causes import common_error, find_cause, preemption, torn_file
 from ddpfaults.judge.results import Cause, FiredFault, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import decide, mark_collateral
@@ -185,6 +185,30 @@ def test_a_file_an_earlier_attempt_tore_names_its_writer_from_that_attempts_reco
     cause = torn_file(restarted, plan, before=(tore,), attempt=0)
     assert (cause.kind, cause.culprit, cause.step) == ("torn_file", 1, 2)
     assert "in attempt 0, before the restart: tore __1_0.distcp" in cause.describe()
+
+
+def test_a_checkpoint_an_earlier_attempt_cut_that_every_rank_then_failed_reading_names_its_writer():
+    """A plain ``torch.save``/``open`` checkpoint: no exception names ranks; the record does. Rank 0 was killed mid-save
+    of ``ckpt.pt`` in attempt 0 (its fired record's ``file``); in attempt 1 both ranks read it and raised the same error
+    (a common error, taken alone)."""
+    plan = [WriterKilledMidSave(writer=0, step=6)]
+    cut = FiredFault(
+        0, repr(plan[0]), 0, 6, "SIGKILLed the writer mid-save of ckpt.pt", "checkpoint", file="/c/ckpt.pt"
+    )
+    read = {"k": "file", "how": "read", "path": "/c/ckpt.pt", "size": 100}
+    other = {"k": "file", "how": "read", "path": "/c/latest", "size": 8}
+    restarted = [raised(r, error="ValueError: negative seek value -1593", events=[other, read]) for r in range(2)]
+    cause = torn_file(restarted, plan, before=(cut,), attempt=0)
+    assert (cause.kind, cause.culprit, cause.ranks, cause.step) == ("torn_file", 0, (0,), 6)
+    assert cause.describe() == (
+        "rank 0 wrote a torn file at step 6 (WriterKilledMidSave(writer=0, step=6): in attempt 0, before the restart: "
+        "SIGKILLed the writer mid-save of ckpt.pt); ranks 0, 1 read /c/ckpt.pt and raised ValueError: negative seek "
+        "value -1593"
+    )
+    assert torn_file(restarted, plan) is None  # the cut is an earlier attempt's evidence only
+    one_did_not_read = [restarted[0], raised(1, error="ValueError: negative seek value -1593", events=[other])]
+    assert torn_file(one_did_not_read, plan, before=(cut,), attempt=0) is None
+    assert torn_file(restarted, plan, before=(dataclasses.replace(cut, file=None),), attempt=0) is None
 
 
 def test_a_cause_round_trips_through_the_report_document():

@@ -23,19 +23,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 #: where the faults must have fired, beyond "at least once" (which every Expect already checks)
 FIRED = {
     "checkpoint[torn_naive]": [
-        "fired on rank 0 at step 1 (held torch.save of best_stg1.pth after",
-        *(
-            f"fired on rank {r} at step 1 (torch.load of best_stg1.pth started while the writer was mid-file)"
-            for r in (1, 2, 3)
-        ),
+        "fired on rank 0 at step 1 (held the writer of best_stg1.pth with",
+        "until every reader had moved on (rank(s) 1, 2, 3 read it torn), then wrote the rest)",
+        *(f"fired on rank {r} at step 1 (read best_stg1.pth with" for r in (1, 2, 3)),
     ],
     "checkpoint[torn_fixed]": [
-        "fired on rank 0 at step 1 (held torch.save of best_stg1.pth.tmp.",
-        *(
-            f"fired on rank {r} at step 1 (torch.load of best_stg1.pth started after the writer's held save "
-            "had completed)"
-            for r in (1, 2, 3)
-        ),
+        "fired on rank 0 at step 1 (held the writer of best_stg1.pth.tmp.",
+        "until every reader had moved on (no reader read it torn), then wrote the rest)",
     ],
     "checkpoint[killed_naive]": ["fired on rank 0 at step 2 (SIGKILLed the writer mid-save of best_stg1.pth after"],
     "checkpoint[killed_fixed]": ["fired on rank 0 at step 2 (SIGKILLed the writer mid-save of best_stg1.pth.tmp."],

@@ -385,3 +385,21 @@ def checkpoint_views(ctx, root):
     ctx.step(1)
     metadata = os.path.join(checkpoint, ".metadata")
     return [os.path.exists(checkpoint), os.path.isdir(checkpoint), os.path.isfile(metadata), os.listdir(root)]
+
+
+def numpy_checkpoint(ctx, steps=3, reload_at=1):
+    """Rank 0 saves an array of 256 float64s with ``numpy.save`` into shared_dir every step; at step ``reload_at`` the
+    other ranks load it at once (no synchronisation with the writer); every rank meets a barrier per step. Returns
+    the sum of what the rank loaded (None: it loaded nothing)."""
+    import numpy as np
+
+    path = os.path.join(ctx.shared_dir, "weights.npy")
+    loaded = None
+    for step in range(steps):
+        ctx.step(step)
+        if ctx.rank == 0:
+            np.save(path, np.full(256, float(step)))
+        elif step == reload_at:
+            loaded = float(np.load(path).sum())
+        dist.barrier()
+    return loaded

@@ -229,7 +229,8 @@ def dcp_in(ctx, directory, steps=6):
 
 def buffer_ckpt(ctx, directory=None, **options):
     """``scripts/buffer_ckpt.py``'s trainer as a rank function (``ctx.step`` announcing its steps), checkpointing into
-    ``directory`` (default ``ctx.shared_dir``, the run's own); ``options``: its ``steps``, ``bug``, ``atomic``.
+    ``directory`` (default ``ctx.shared_dir``, the run's own); ``options``: its ``steps``, ``bug``, ``atomic``,
+    ``fixed_name``, ``reload_at``, ``reload_sync``.
     Returns the attempt's first step."""
     import runpy
 

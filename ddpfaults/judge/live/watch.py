@@ -207,6 +207,7 @@ class RankWatch:
                     event["how"],
                     event.get("effect", ""),
                     event.get("signal"),
+                    event.get("file"),
                 )
             )
         elif kind in ("finished", "failed"):

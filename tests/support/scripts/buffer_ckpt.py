@@ -2,7 +2,9 @@
 serialises into memory (``torch.save(state, buffer)``), then writes ``ckpt_{steps done:06d}.pt`` with ``open`` and a
 ``latest`` file naming it, into ``--ckpt DIR``; every rank resumes from ``latest`` when it is there (reading the
 checkpoint with ``open`` too). ``--atomic`` writes each file to a temporary name, then ``os.replace``-s it into place;
-``--fixed-name`` writes every checkpoint to ``ckpt.pt``.
+``--fixed-name`` writes every checkpoint to ``ckpt.pt``. ``--reload-at K``: after rank 0's save at step ``K`` every
+other rank reads that checkpoint back (with ``open``) and loads it; ``--reload-sync none`` reads at once (the race),
+``barrier`` after a barrier the writer meets once its save is done.
 ``--bug`` is one of the resumes gone wrong: ``counter`` (the step counter saved one step short: a step replayed),
 ``data`` (the data restarted from its first batch), ``rng`` (the RNG states not restored: dropout draws other masks),
 ``scheduler`` (the LR scheduler not saved). No ddpfaults import; ``restartfns.buffer_ckpt`` runs :func:`train` as a
@@ -19,10 +21,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def train(
-    ckpt: str, *, steps: int = 8, bug: str = "none", atomic: bool = False, fixed_name=False, announce=lambda step: None
+    ckpt: str,
+    *,
+    steps: int = 8,
+    bug: str = "none",
+    atomic: bool = False,
+    fixed_name=False,
+    reload_at: int = -1,
+    reload_sync: str = "none",
+    announce=lambda step: None,
 ) -> int:
     """Train ``steps`` steps, resuming from ``ckpt`` when it holds a checkpoint (``announce(step)`` as each step
-    begins); return the first step this run made."""
+    begins); at step ``reload_at`` the ranks but 0 load the checkpoint rank 0 saved (after a barrier if
+    ``reload_sync`` is ``barrier``); return the first step this run made."""
 
     def write(path: str, data: bytes) -> None:
         with open(path + ".tmp" if atomic else path, "wb") as f:
@@ -62,6 +73,7 @@ def train(
         loss.backward()
         opt.step()
         scheduler.step()
+        name = "ckpt.pt" if fixed_name else f"ckpt_{step + 1:06d}.pt"
         if rank == 0:
             os.makedirs(ckpt, exist_ok=True)
             state = {
@@ -74,9 +86,14 @@ def train(
             }
             buffer = io.BytesIO()
             torch.save(state, buffer)
-            name = "ckpt.pt" if fixed_name else f"ckpt_{step + 1:06d}.pt"
             write(os.path.join(ckpt, name), buffer.getvalue())
             write(latest, name.encode())
+        if step == reload_at:
+            if reload_sync == "barrier":
+                dist.barrier()
+            if rank != 0:
+                with open(os.path.join(ckpt, name), "rb") as f:
+                    model.module.load_state_dict(torch.load(io.BytesIO(f.read()), weights_only=False)["model"])
         dist.barrier()
     return start
 
@@ -88,7 +105,10 @@ if __name__ == "__main__":
     parser.add_argument("--bug", choices=("none", "counter", "data", "rng", "scheduler"), default="none")
     parser.add_argument("--atomic", action="store_true")
     parser.add_argument("--fixed-name", action="store_true")
+    parser.add_argument("--reload-at", type=int, default=-1)
+    parser.add_argument("--reload-sync", choices=("none", "barrier"), default="none")
     args = parser.parse_args()
     dist.init_process_group("gloo")
-    train(args.ckpt, steps=args.steps, bug=args.bug, atomic=args.atomic, fixed_name=args.fixed_name)
+    options = {"bug": args.bug, "atomic": args.atomic, "fixed_name": args.fixed_name}
+    train(args.ckpt, steps=args.steps, reload_at=args.reload_at, reload_sync=args.reload_sync, **options)
     dist.destroy_process_group()
