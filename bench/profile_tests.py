@@ -1,7 +1,7 @@
 """Issue 51: where the README's test command spends its CPU, by test file.
 
 Run:  python bench/profile_tests.py [--top 25] [pytest args...]
-Runs ``python -m pytest -n 3`` (or the arguments given) with the ``bench/cpu_per_test.py`` plugin and prints, per
+Runs ``python -m pytest -n 3`` (or the arguments given) with the ``bench/cpu_profile_plugin.py`` plugin and prints, per
 test file, the CPU seconds its tests spent in the xdist worker itself, in subprocesses (pytest sessions, CLI runs),
 in the ranks the fork server reaped and in the fork server, with its worlds and rank slots; then the totals. The
 wall time is about the CPU over the number of cores when the cores stay busy, so the CPU is what to cut.
@@ -32,7 +32,7 @@ def main() -> None:
         out = os.path.join(scratch, "cpu")
         env = {**os.environ, "CPU_PER_TEST_OUT": out, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), ROOT])}
         wall, summary = timed_pytest(
-            [*(pytest_args or ["-n", "3", "-q"]), "-p", "no:cacheprovider", "-p", "cpu_per_test"], ROOT, env
+            [*(pytest_args or ["-n", "3", "-q"]), "-p", "no:cacheprovider", "-p", "cpu_profile_plugin"], ROOT, env
         )
         records = [json.loads(line) for path in glob.glob(out + ".*") for line in open(path)]
     by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
