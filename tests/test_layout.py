@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from package_source import findings
 from processes import EVENT_GUARD
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -566,11 +567,7 @@ def _is_note(node: ast.AST) -> bool:
 
 def test_no_module_reads_a_note_back_as_data():
     """What a collective is (DDP's bucket, FSDP's, DCP's) is its ``maker``; its ``note`` is only shown to people."""
-    found = [
-        f"{path.relative_to(PACKAGE.parent)}:{line}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for line in _note_reads(ast.parse(path.read_text()))
-    ]
+    found = [f"{path}:{line}" for path, line in findings(_note_reads)]
     assert not found, "a note read as data (use the call's maker): " + ", ".join(found)
 
 

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import pickle
 import re
-from pathlib import Path
 
 import pytest
 
@@ -30,11 +29,9 @@ from ddpfaults.judge.results import (
     WorldResult,
 )
 from ddpfaults.spec import RunSpec
+from package_source import findings
 
 # fixed throughout: results built by hand, their settings (stall, timeout) only data to carry; no clock runs
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "ddpfaults"
 
 
 def _world(**fields) -> WorldResult:
@@ -142,11 +139,7 @@ def _frozen_bypasses(tree: ast.AST) -> list[int]:
 def test_no_module_sets_a_frozen_object_s_attribute_from_outside():
     """What the freeze cannot stop: ``object.__setattr__`` (or the instance's ``__dict__``) on another object. Only
     a frozen class's own ``__post_init__`` sets its fields, on ``self``."""
-    found = [
-        f"{path.relative_to(ROOT)}:{line}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for line in _frozen_bypasses(ast.parse(path.read_text()))
-    ]
+    found = [f"{path}:{line}" for path, line in findings(_frozen_bypasses)]
     assert not found, "an object's attribute set past its frozen guard (use dataclasses.replace): " + ", ".join(found)
 
 
@@ -246,12 +239,7 @@ def _flag_uses(tree: ast.AST) -> list[tuple[int, str]]:
 def test_no_module_uses_the_two_flags():
     """Every reader and writer of "busy when the deadline came" uses ``RankResult.busy``: the judge loop sets it, the
     verdict reads it, documents carry it."""
-    found = [
-        f"  {path.relative_to(ROOT)}:{line}: {what}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        for line, what in _flag_uses(ast.parse(path.read_text()))
-        if (str(path.relative_to(ROOT)), what) not in NOT_FLAGS
-    ]
+    found = [f"  {path}:{line}: {what}" for path, (line, what) in findings(_flag_uses) if (path, what) not in NOT_FLAGS]
     assert not found, "the old flags starting/computing used (use RankResult.busy):\n" + "\n".join(found)
 
 
