@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 from ddpfaults.judge.ranks import format_ranks
-from ddpfaults.judge.results import Cause, RankResult, RankState
+from ddpfaults.judge.results import Cause, FiredFault, RankResult, RankState
 
 _FAILED = (RankState.RAISED, RankState.DIED)
 
@@ -41,9 +41,10 @@ def _named(rank: RankResult) -> list:
 
 def torn_file(ranks: list[RankResult], plan=(), *, before: tuple = (), attempt: int | None = None) -> Cause | None:
     """The torn file's writer, when a fault of ``plan`` that leaves one fired and a failed rank's exception names
-    the ranks whose checkpoint reads failed. ``before``: the faults that fired in an earlier attempt of a restarted
-    world (``attempt``: which), whose torn file this attempt may have read (they are the evidence then, not the
-    ranks' own)."""
+    the ranks whose checkpoint reads failed, or when every rank that raised read a file a checkpoint fault cut on its
+    writer: in this run (a reader that read it while the writer was held torn), or, ``before`` given, in an earlier
+    attempt of a restarted world (``attempt``: which; the faults that fired then are the evidence, not the ranks'
+    own)."""
     fired = before or [f for r in ranks for f in r.fired]
     torn = [f for f in fired if f.index < len(plan) and plan[f.index].leaves_torn_file]
     readers = [r for r in ranks if RankState(r.state) in _FAILED and _named(r)]
@@ -51,19 +52,25 @@ def torn_file(ranks: list[RankResult], plan=(), *, before: tuple = (), attempt: 
         failed = format_ranks([r.rank for r in readers])
         error = f"the checkpoint load's exception {failed} raised names {format_ranks(_named(readers[0]))} as failed"
         return _torn_cause(torn, error, attempt)
-    cut = [f for f in before if f.file is not None]
+    cut = [f for f in fired if f.file is not None and _wrote(f, plan)]
     raised = [r for r in ranks if RankState(r.state) == RankState.RAISED and not r.collateral]
-    if not cut or not raised or not all(_read(r) & {f.file for f in cut} for r in raised):
+    if not cut or not raised or not all(_read(r, plan) & {f.file for f in cut} for r in raised):
         return None
-    torn = [f for f in cut if any(f.file in _read(r) for r in raised)]
+    torn = [f for f in cut if any(f.file in _read(r, plan) for r in raised)]
     error = f"{format_ranks([r.rank for r in raised])} read {torn[0].file} and raised {raised[0].error}"
     return _torn_cause(torn, error, attempt)
 
 
-def _read(rank: RankResult) -> set:
-    """The files ``rank`` read, as its ``file`` events recorded them (a job after a restart that follows a checkpoint
-    fault records them)."""
-    return {e["path"] for e in rank.events if e.get("k") == "file" and e.get("how") == "read"}
+def _wrote(fired: FiredFault, plan) -> bool:
+    """True if ``fired`` is a checkpoint fault's record on its writer (the file it cut), not on a reader."""
+    return fired.index < len(plan) and getattr(plan[fired.index], "writer", None) == fired.rank
+
+
+def _read(rank: RankResult, plan) -> set:
+    """The files ``rank`` read: as its ``file`` events recorded them (a job after a restart that follows a
+    checkpoint fault records them), and as a checkpoint fault recorded it reading one torn."""
+    recorded = {e["path"] for e in rank.events if e.get("k") == "file" and e.get("how") == "read"}
+    return recorded | {f.file for f in rank.fired if f.file is not None and not _wrote(f, plan)}
 
 
 def _torn_cause(torn: list, error: str, attempt: int | None) -> Cause:

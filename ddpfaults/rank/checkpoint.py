@@ -16,9 +16,17 @@ Then:
   synchronise with the writer reads the torn file, a reader behind a barrier the whole one, and a reader of an
   atomic save's target the old checkpoint.
 
-The handshake uses flag files in ``ctx.shared_dir`` (keyed by attempt and step), never sleeps guessed from timings;
-each rank counts the traced collectives it enters at torn steps (the same order on every rank) and publishes the
-count, so a held writer stops waiting for a reader blocked in a collective, and a reader for a writer blocked in one.
+A reader stays armed past the fault's step until the writer is done with its file (or past its step without one): a
+checkpoint saved at a step's end and complete only as the next step starts is read there.
+
+The handshake uses flag files in ``ctx.shared_dir`` (keyed by attempt and step), never sleeps guessed from timings.
+Each armed rank publishes how many collectives it has entered, sends left out (:func:`_count`): torch's flight
+recorder counts every collective its process groups enqueued, whatever door issued it (DDP's reducer and its
+forward's broadcasts, FSDP, the user's calls), and a thread of the rank's publishes the count while its main thread
+waits in one. So a held writer stops waiting for a reader blocked in a collective, a reader for a writer blocked in
+one, and a writer's file is complete once it entered a collective nobody traced (acted on there, by that thread,
+while the writer waits in it). With the recorder off (``TORCH_FR_BUFFER_SIZE=0``) only the collectives ddpfaults
+traces are counted.
 
 This module lives under ``ddpfaults/rank/`` on purpose: its frames count as machinery
 (:func:`ddpfaults.rank.context.is_machinery`), never as the site of a user's error.
@@ -30,11 +38,12 @@ import functools
 import json
 import os
 import signal
+import threading
 import time
 import weakref
 
 from ddpfaults.faults.checkpoint import TornCheckpointWrite, WriterKilledMidSave
-from ddpfaults.rank import files, running
+from ddpfaults.rank import files, running, torch_private
 
 #: upper bound of any checkpoint handshake wait: only reached if a peer died before taking part
 HANDSHAKE_LIMIT = 30.0
@@ -43,50 +52,70 @@ HANDSHAKE_LIMIT = 30.0
 #: pointer or a marker file is far smaller)
 SMALLEST_CHECKPOINT = 512
 
-#: traced collectives each rank context entered at torn steps (one counter per job's context)
+#: traced collectives (sends left out) and traced sends each rank context entered at torn steps (per job's context)
 _entered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_sent: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: the rank context whose main thread entered a traced receive and has made no call since (the flight recorder
+#: counts a gloo receive only once it completes: one waiting for a held writer's send must count already)
+_receiving: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Window:
     """An armed checkpoint fault on its writer: the file being written in the fault's step (None: none yet), acted on
-    (:meth:`act`) once the first file of a checkpoint's size is complete."""
+    (:meth:`act`) once the first file of a checkpoint's size is complete. Its main thread notes file events, its
+    publisher thread the collectives it entered: one lock orders them."""
 
     def __init__(self, ctx, fault):
         self.ctx, self.fault, self.step = ctx, fault, ctx.current_step
         self.writing: str | None = None
+        self.since = 0  # the rank's count of collectives as it began writing that file
         self.spent = False
+        self.lock = threading.RLock()
 
     def note(self, event: dict) -> None:
         """A file event of the writer's job: the file it was writing is complete (it moved on); the next is noted."""
-        if self.spent or not self.fault.applies(self.ctx.rank, self.ctx.current_step):
-            return
-        self.complete()
-        if event["how"] == "wrote" and not self.spent:
-            self.writing = event["path"]
+        _receiving.pop(self.ctx, None)
+        with self.lock:
+            self.complete()
+            if event["how"] == "wrote" and not self.spent and self.fault.applies(self.ctx.rank, self.ctx.current_step):
+                self.writing, self.since = event["path"], _count(self.ctx)
 
-    def complete(self) -> None:
-        """The file being written is complete: unless it is smaller than a checkpoint, act on it."""
-        path, self.writing = self.writing, None
-        if path is None or self.spent or running.current() is not self.ctx:
-            return
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            return  # moved away already, or removed: nothing of it to cut
-        if size < SMALLEST_CHECKPOINT:
-            return
-        self.spent = True
-        with files.quiet():  # the fault's own reads and writes of the file are no file events of the job
-            self.act(path, size)
+    def counted(self, count: int) -> None:
+        """The publisher read the rank's count: past the one it had as it began writing its file, the rank entered a
+        collective since (one nobody traced): the file is complete, acted on while the rank waits in it."""
+        with self.lock:
+            if self.writing is not None and count > self.since:
+                self.complete(inside=True)
 
-    def act(self, path: str, size: int) -> None:
+    def complete(self, inside: bool = False) -> None:
+        """The file being written is complete: unless it is smaller than a checkpoint, act on it (``inside``: the
+        rank is inside a collective already)."""
+        with self.lock:
+            path, self.writing = self.writing, None
+            if path is None or self.spent or running.current() is not self.ctx:
+                return
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return  # moved away already, or removed: nothing of it to cut
+            if size < SMALLEST_CHECKPOINT:
+                return
+            self.spent = True
+            with files.quiet():  # the fault's own reads and writes of the file are no file events of the job
+                self.act(path, size, inside)
+
+    def act(self, path: str, size: int, inside: bool) -> None:
         """``WriterKilledMidSave``: cut the file to half its bytes, durably, and SIGKILL the writer."""
         half = size // 2
         _cut(path, half)
         name = os.path.basename(path)
         how = f"SIGKILLed the writer mid-save of {name} after {half} of {size} bytes were on disk ({path})"
-        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL", file=path)
+        self.ctx.record_fired(self.fault, how, effect="checkpoint", signal="SIGKILL", file=path, step=self.step)
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def finished(self) -> bool:
+        """Always: a writer's window closes as its step ends (its file acted on, or none written)."""
+        return True
 
     def close(self) -> None:
         """The writer's step or job ends."""
@@ -95,8 +124,10 @@ class _Window:
 class _TornWindow(_Window):
     """An armed ``TornCheckpointWrite`` on its writer."""
 
-    def act(self, path: str, size: int) -> None:
-        """Cut the file to half its bytes and hold the writer until every reader moved on, then write the rest."""
+    def act(self, path: str, size: int, inside: bool) -> None:
+        """Cut the file to half its bytes and hold the writer until every reader moved on (``inside``: the writer
+        waits in a collective, which a reader entering moves it on; else one the writer has yet to enter does), then
+        write the rest."""
         ctx = self.ctx
         with open(path, "rb") as f:
             data = f.read()
@@ -104,7 +135,8 @@ class _TornWindow(_Window):
         _cut(path, half)
         _write_flag(_flag(ctx, self.step, "mid"), json.dumps({"path": path, "size": len(data)}))
         readers = [r for r in range(ctx.world_size) if r != ctx.rank]
-        released = _wait_for(lambda: all(_moved_on(ctx, self.step, r) for r in readers))
+        past = _count(ctx) + (0 if inside else 1)
+        released = _wait_for(lambda: all(_moved_on(ctx, self.step, r, past) for r in readers))
         fd = os.open(path, os.O_WRONLY)
         try:
             os.pwrite(fd, data[half:], half)
@@ -119,7 +151,9 @@ class _TornWindow(_Window):
         ) + f" ({by}), then wrote the rest"
         name = os.path.basename(path)
         where = f"{name} with {half} of {len(data)} bytes on disk ({path})"
-        ctx.record_fired(self.fault, f"held the writer of {where} until {how}", effect="checkpoint", file=path)
+        ctx.record_fired(
+            self.fault, f"held the writer of {where} until {how}", effect="checkpoint", file=path, step=self.step
+        )
 
     def close(self) -> None:
         """The writer is past the fault's step: a reader still waiting for its checkpoint waits no longer."""
@@ -128,59 +162,94 @@ class _TornWindow(_Window):
 
 class _Reader:
     """An armed ``TornCheckpointWrite`` on a reader: its reads at the fault's step wait for the writer's checkpoint,
-    and it tells the writer when it moved on from the torn file."""
+    and it tells the writer when it moved on from the torn file. It stays armed past its step until the writer is
+    done with its file."""
 
     def __init__(self, ctx, fault: TornCheckpointWrite):
         self.ctx, self.fault, self.step = ctx, fault, ctx.current_step
         self.reading: str | None = None  # the torn file it opened (until it moves on)
         self.left = False
+        self.lock = threading.RLock()
 
     def note(self, event: dict) -> None:
         """A file event of the reader's job: a read waits for the writer; any other file moves it on."""
-        if self.left or not self.fault.applies(self.ctx.rank, self.ctx.current_step):
-            return
-        if self.reading is not None:
-            if not (event["how"] == "read" and event["path"] == self.reading):  # reading it again is still reading
-                self.close()
-            return
-        if event["how"] != "read":
-            return
-        torn = self._torn()
-        if torn is None or torn["path"] != event["path"] or os.path.exists(_flag(self.ctx, self.step, "done")):
-            return
-        self.reading = event["path"]
-        _write_flag(_flag(self.ctx, self.step, f"read.{self.ctx.rank}"))
-        name, size = os.path.basename(event["path"]), os.stat(event["path"]).st_size  # on disk as it opens it
-        how = f"read {name} with {size} of {torn['size']} bytes on disk ({event['path']}) while the writer held it"
-        self.ctx.record_fired(self.fault, how, effect="checkpoint", file=event["path"])
+        _receiving.pop(self.ctx, None)
+        with self.lock:
+            if self.left:
+                return
+            if self.reading is not None:
+                if not (event["how"] == "read" and event["path"] == self.reading):  # reading it again is still reading
+                    self.close()
+                return
+            if event["how"] != "read":
+                return
+            torn = self._torn()
+            if torn is None or torn["path"] != event["path"] or os.path.exists(_flag(self.ctx, self.step, "done")):
+                return
+            self.reading = event["path"]
+            _write_flag(_flag(self.ctx, self.step, f"read.{self.ctx.rank}"))
+            name, size = os.path.basename(event["path"]), os.stat(event["path"]).st_size  # on disk as it opens it
+            how = f"read {name} with {size} of {torn['size']} bytes on disk ({event['path']}) while the writer held it"
+            self.ctx.record_fired(self.fault, how, effect="checkpoint", file=event["path"])
+
+    def counted(self, count: int) -> None:
+        """The publisher read the reader's count (published: nothing more to do)."""
 
     def _torn(self) -> dict | None:
         """Wait until the writer holds its checkpoint torn (returned: its path and whole size) or is known elsewhere
         (None): past its step, or blocked in a collective this reader has not reached."""
         ctx, writer = self.ctx, self.fault.writer
         mid, left = _flag(ctx, self.step, "mid"), _flag(ctx, self.step, f"left.{writer}")
-        _wait_for(lambda: os.path.exists(mid) or os.path.exists(left) or _calls(ctx, writer) > _entered.get(ctx, 0))
+        _wait_for(lambda: os.path.exists(mid) or os.path.exists(left) or _calls(ctx, writer) > _count(ctx))
         try:
             with open(mid) as f:
                 return json.loads(f.read())
         except FileNotFoundError:
             return None
 
+    def finished(self) -> bool:
+        """True once the writer is done with its torn file, or past its step without one: the reader disarms."""
+        done, left = _flag(self.ctx, self.step, "done"), _flag(self.ctx, self.step, f"left.{self.fault.writer}")
+        return os.path.exists(done) or os.path.exists(left)
+
     def close(self) -> None:
-        """The reader moved on from the torn file, or is past the fault's step."""
+        """The reader moved on from the torn file, or is done."""
         if not self.left:
             self.left = True
             _write_flag(_flag(self.ctx, self.step, f"left.{self.ctx.rank}"))
 
 
+class _Publisher(threading.Thread):
+    """Publishes an armed rank's count of collectives (:func:`_count`) as it changes, and tells its window, while its
+    main thread may wait in a collective (polled: the flight recorder tells no one)."""
+
+    def __init__(self, window):
+        super().__init__(name="ddpfaults-checkpoint-count", daemon=True)
+        self.window, self.stopped = window, threading.Event()
+
+    def run(self) -> None:
+        ctx, published = self.window.ctx, None
+        while not self.stopped.is_set():
+            count = _count(ctx)
+            self.window.counted(count)  # before the count is out: a reader seeing it must find the file torn already
+            if count != published:
+                _write_flag(_flag(ctx, None, f"calls.{ctx.rank}"), str(count))
+                published = count
+            self.stopped.wait(0.002)
+
+
 _window: _Window | _Reader | None = None
+_publisher: _Publisher | None = None
 
 
 def _arm(ctx, watcher) -> None:
-    global _window
-    window_ends()
+    global _window, _publisher
+    window_ends(closing=True)
     _window = watcher
     files.listen(ctx, watcher.note, first=True)  # it acts before a rename happens: no one else notes it first
+    if _recorded() is not None:
+        _publisher = _Publisher(watcher)
+        _publisher.start()
 
 
 def kill_mid_file(ctx, fault: WriterKilledMidSave) -> None:
@@ -198,27 +267,32 @@ def tear_mid_file(ctx, fault: TornCheckpointWrite) -> None:
 
 def entering(ctx, op: str, counted: bool = True) -> None:
     """``ctx``'s rank enters collective ``op`` at a step a checkpoint fault applies to: the file its writer was
-    writing is complete (acted on there, before the rank's count moves); ``counted``: the rank publishes how many
-    collectives it entered at torn steps."""
+    writing is complete (acted on there, before the rank's count moves); ``counted`` (not a send): the rank
+    publishes its count."""
     window_ends(ctx)
+    counts = _entered if counted else _sent
+    counts[ctx] = counts.get(ctx, 0) + 1
+    _receiving[ctx] = op in ("recv", "irecv")
     if counted:
-        entered = _entered.get(ctx, 0) + 1
-        _entered[ctx] = entered
-        _write_flag(_flag(ctx, None, f"calls.{ctx.rank}"), str(entered))
+        _write_flag(_flag(ctx, None, f"calls.{ctx.rank}"), str(_count(ctx)))
 
 
-def window_ends(ctx=None) -> None:
+def window_ends(ctx=None, closing: bool = False) -> None:
     """The rank moved on: the file a writer was writing is complete (acted on there). ``ctx`` given (it enters a
     collective): only the armed job's, and the window stays open; else (its next step starts, its job ends) the
-    window closes."""
-    global _window
+    window closes, a reader's only once the writer is done with its file, unless ``closing`` (its job ends)."""
+    global _window, _publisher
     window = _window
     if window is None or (ctx is not None and window.ctx is not ctx):
         return
     if isinstance(window, _Window):
         window.complete()
-    if ctx is None:
+    if ctx is None and (closing or window.finished()):
         files.unlisten(window.ctx, window.note)
+        if _publisher is not None:
+            _publisher.stopped.set()
+            _publisher.join()
+            _publisher = None
         _window = None
         window.close()
 
@@ -254,14 +328,37 @@ def _flag(ctx, step: int | None, name: str) -> str:
 
 
 def _write_flag(path: str, text: str = "") -> None:
-    """Write a flag file atomically (readers see it whole or not at all)."""
-    with open(path + ".tmp", "w") as f:
+    """Write a flag file atomically (readers see it whole or not at all; a rank's threads each through a file of
+    its own)."""
+    temporary = f"{path}.{threading.get_ident()}.tmp"
+    with open(temporary, "w") as f:
         f.write(text)
-    os.replace(path + ".tmp", path)
+    os.replace(temporary, path)
+
+
+def _recorded() -> int | None:
+    """How many collectives this process's groups have enqueued, as torch's flight recorder counts them (sends and
+    receives included); None with the recorder off."""
+    if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
+        return None
+    try:
+        status = torch_private.flight_record(collectives=False, stacks=False).get("pg_status") or {}
+    except RuntimeError:
+        return None
+    return sum(max(int(group.get("last_enqueued_collective", 0)), 0) for group in status.values())
+
+
+def _count(ctx) -> int:
+    """How many collectives ``ctx``'s rank has entered, sends left out (a held writer's sends to its readers must not
+    put it ahead of their receives): the flight recorder's count less the sends ddpfaults traced, and a receive it
+    waits in (once it completed, one too many until the rank's next call); with the recorder off, the collectives
+    it traced."""
+    recorded = _recorded()
+    return _entered.get(ctx, 0) if recorded is None else recorded - _sent.get(ctx, 0) + _receiving.get(ctx, False)
 
 
 def _calls(ctx, rank: int) -> int:
-    """How many collectives ``rank`` has entered at torn steps (as it published)."""
+    """How many collectives ``rank`` has entered, sends left out (as it published)."""
     try:
         with open(_flag(ctx, None, f"calls.{rank}")) as f:
             return int(f.read() or 0)
@@ -269,10 +366,10 @@ def _calls(ctx, rank: int) -> int:
         return 0
 
 
-def _moved_on(ctx, step: int, reader: int) -> bool:
-    """True if ``reader`` moved on from ``step``'s torn file (or its step), or entered a collective the held writer
-    has not reached."""
-    return os.path.exists(_flag(ctx, step, f"left.{reader}")) or _calls(ctx, reader) > _entered.get(ctx, 0)
+def _moved_on(ctx, step: int, reader: int, past: int) -> bool:
+    """True if ``reader`` moved on from ``step``'s torn file (or is done), or has entered ``past`` collectives: one
+    the held writer has not left."""
+    return os.path.exists(_flag(ctx, step, f"left.{reader}")) or _calls(ctx, reader) >= past
 
 
 def _wait_for(condition) -> bool:

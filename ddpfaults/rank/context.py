@@ -209,16 +209,26 @@ class RankContext:
         self._fired_once.add(key)
         return True
 
-    def record_fired(self, fault, how: str, *, effect: str, signal: str | None = None, file: str | None = None) -> None:
+    def record_fired(
+        self,
+        fault,
+        how: str,
+        *,
+        effect: str,
+        signal: str | None = None,
+        file: str | None = None,
+        step: int | None = None,
+    ) -> None:
         """Record in this rank's timeline that ``fault`` took effect: ``how`` says what it did in words, ``effect``
         as data (one of :data:`ddpfaults.events.EFFECTS`), ``signal`` the signal it kills the rank with, if any,
-        ``file`` the file it cut on disk (a checkpoint fault's, resolved), if any."""
+        ``file`` the file it cut on disk (a checkpoint fault's, resolved), if any, ``step`` the step it acted for
+        (default: the current one; a checkpoint written in one step is complete as the next starts)."""
         self._events.emit(
             "fault",
             index=self.faults.index(fault),
             fault=repr(fault),
             how=how,
-            step=self.current_step,
+            step=self.current_step if step is None else step,
             effect=effect,
             signal=signal,
             **({"file": file} if file is not None else {}),

@@ -140,4 +140,4 @@ def job_ends() -> None:
     ``OutOfMemory`` limit must not stop it; a warm rank runs the next job unlimited; a ``WriterKilledMidSave``
     writer's file is complete)."""
     memory.restore()
-    checkpoint.window_ends()
+    checkpoint.window_ends(closing=True)

@@ -4,7 +4,9 @@
 ``open``. Readers that do not synchronise with the writer read the torn file and crash, as under torchrun; readers
 behind a barrier read the whole file; an atomic writer (temp file + ``os.replace``) is held before the rename, so its
 readers read the old checkpoint and the world completes. A checkpoint ``numpy.save`` writes is torn the same way for a
-reader's ``numpy.load``."""
+reader's ``numpy.load``. The root cause names the writer, from the fault's records (the ranks that raised read the file
+it held torn). A trainer set up by ``init_device_mesh`` alone, whose writer's next act after its save is DDP's own
+collectives (no Python call issues them: ``scripts/mesh_ckpt.py``), is torn at the fault's step the same way."""
 
 import os
 import re
@@ -15,11 +17,15 @@ import ddpfaults
 import rankfns
 import restartfns
 from ddpfaults.faults import TornCheckpointWrite
+from ddpfaults.judge.ranks import format_ranks
+from ddpfaults.rank.checkpoint import HANDSHAKE_LIMIT
 from processes import WORLD_GUARD
 
 pytestmark = pytest.mark.usefixtures("own_cwd")
 
-BUFFER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts", "buffer_ckpt.py")
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support", "scripts")
+BUFFER = os.path.join(SCRIPTS, "buffer_ckpt.py")
+MESH = os.path.join(SCRIPTS, "mesh_ckpt.py")
 STEP = 2  # the step whose checkpoint is torn and read back (ckpt.pt of step 1 is on disk before it)
 STEPS = 4
 HELD = re.compile(
@@ -56,7 +62,8 @@ def _held(result) -> re.Match:
 def test_readers_that_do_not_wait_for_the_writer_read_its_checkpoint_torn_and_crash(form, world_size):
     result = _torn(form, world_size, sync="none")
     readers = list(range(1, world_size))
-    assert result.outcome == "crashed" and result.root_rank in readers, result.report()
+    assert result.outcome == "crashed" and result.root_rank == 0, result.report()
+    assert result.cause.kind == "torn_file" and result.cause.step == (STEP + 1 if form == "script" else STEP)
     # a half zip read from a buffer: torch's reader seeks before its start, or finds no central directory
     assert "negative seek value" in result.root_cause or "central directory" in result.root_cause, result.report()
     held = _held(result)
@@ -88,10 +95,49 @@ def test_a_checkpoint_numpy_writes_is_torn_for_a_reader_numpy_loads_it_with():
     result = ddpfaults.run_world(
         rankfns.numpy_checkpoint, world_size=2, faults=[TornCheckpointWrite(writer=0, step=1)], startup=WORLD_GUARD
     )
-    assert result.outcome == "crashed" and result.root_rank == 1, result.report()
+    assert result.outcome == "crashed" and result.root_rank == 0, result.report()
     held = _held(result)
     assert (held["name"], held["readers"]) == ("weights.npy", "rank(s) 1 read it torn"), held.string
     on_disk = f"{held['half']} of {held['size']} bytes on disk ({held['path']})"
     read = [f.how for f in result.fired if f.rank == 1]
     assert read == [f"read weights.npy with {on_disk} while the writer held it"], result.report()
     assert "could only read 120 elements" in result.root_cause, result.report()  # 960 of 2048 bytes of data: 120 floats
+
+
+def _mesh(form: str, world_size: int, sync: str):
+    """``scripts/mesh_ckpt.py``'s trainer with the checkpoint of its iteration 1 (its optimizer's step 2) torn, read
+    back by every other rank after that iteration, at once or after a barrier."""
+    run = {"world_size": world_size, "faults": [TornCheckpointWrite(writer=0, step=2)], "startup": WORLD_GUARD}
+    options = {"steps": 3, "reload_at": 1, "reload_sync": sync}
+    if form == "script":
+        argv = ["--ckpt", "{run_dir}/c", "--steps", "3", "--reload-at", "1", "--reload-sync", sync]
+        return ddpfaults.run_script(MESH, argv, step_clock="optimizer", **run)
+    return ddpfaults.run_world(restartfns.mesh_ckpt, kwargs=options, **run)
+
+
+@pytest.mark.parametrize("form", ["script", "function"])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_mesh_trainer_whose_writer_goes_on_into_ddp_s_own_collectives_is_torn_at_the_fault_s_step(form, world_size):
+    """The writer's next act after ``open(...).write`` is DDP's forward broadcast (issued in C++): its file is complete
+    there (the flight recorder's count moved), torn at step 2, not as step 3 starts; the readers, loading at once,
+    read it torn and raise, and the root cause names the writer."""
+    result = _mesh(form, world_size, "none")
+    readers = list(range(1, world_size))
+    assert result.outcome == "crashed" and result.root_rank == 0, result.report()
+    assert result.cause.kind == "torn_file" and result.cause.step == 2, result.report()
+    assert {f.rank: f.step for f in result.fired} == dict.fromkeys(range(world_size), 2), result.report()
+    held = _held(result)
+    assert (held["name"], held["readers"]) == ("ckpt.pt", f"rank(s) {', '.join(map(str, readers))} read it torn")
+    assert f"{format_ranks(readers)} read {held['path']} and raised" in result.root_cause, result.report()
+    assert result.elapsed < HANDSHAKE_LIMIT, result.report()  # no handshake waited out its limit
+
+
+@pytest.mark.parametrize("form", ["script", "function"])
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_mesh_trainer_whose_readers_wait_at_a_barrier_reads_the_whole_file(form, world_size):
+    result = _mesh(form, world_size, "barrier")
+    assert result.outcome == "completed", result.report()
+    held = _held(result)
+    assert (held["name"], held["readers"]) == ("ckpt.pt", "no reader read it torn"), held.string
+    assert [(f.rank, f.step) for f in result.fired] == [(0, 2)], result.report()
+    assert result.elapsed < HANDSHAKE_LIMIT, result.report()

@@ -237,3 +237,12 @@ def buffer_ckpt(ctx, directory=None, **options):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "buffer_ckpt.py")
     train = runpy.run_path(script)["train"]
     return train(directory or ctx.shared_dir, announce=ctx.step, **options)
+
+
+def mesh_ckpt(ctx, **options):
+    """``scripts/mesh_ckpt.py``'s trainer as a rank function (``ctx.step`` announcing its optimizer's steps),
+    checkpointing into ``ctx.shared_dir``; ``options``: its ``steps``, ``reload_at``, ``reload_sync``."""
+    import runpy
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "mesh_ckpt.py")
+    runpy.run_path(script)["train"](ctx.shared_dir, announce=ctx.step, **options)
