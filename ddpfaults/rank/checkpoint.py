@@ -20,13 +20,11 @@ A reader stays armed past the fault's step until the writer is done with its fil
 checkpoint saved at a step's end and complete only as the next step starts is read there.
 
 The handshake uses flag files in ``ctx.shared_dir`` (keyed by attempt and step), never sleeps guessed from timings.
-Each armed rank publishes how many collectives it has entered, sends left out (:func:`_count`): torch's flight
-recorder counts every collective its process groups enqueued, whatever door issued it (DDP's reducer and its
-forward's broadcasts, FSDP, the user's calls), and a thread of the rank's publishes the count while its main thread
-waits in one. So a held writer stops waiting for a reader blocked in a collective, a reader for a writer blocked in
-one, and a writer's file is complete once it entered a collective nobody traced (acted on there, by that thread,
-while the writer waits in it). With the recorder off (``TORCH_FR_BUFFER_SIZE=0``) only the collectives ddpfaults
-traces are counted.
+Each armed rank publishes how many collectives it has entered, sends left out (:func:`_count`): each of its process
+groups counts every call it issued, whatever door issued it (DDP's reducer and its forward's broadcasts, FSDP, the
+user's calls), and a thread of the rank's publishes the count while its main thread waits in one. So a held writer
+stops waiting for a reader blocked in a collective, a reader for a writer blocked in one, and a writer's file is
+complete once it entered a collective nobody traced (acted on there, by that thread, while the writer waits in it).
 
 This module lives under ``ddpfaults/rank/`` on purpose: its frames count as machinery
 (:func:`ddpfaults.rank.context.is_machinery`), never as the site of a user's error.
@@ -52,12 +50,13 @@ HANDSHAKE_LIMIT = 30.0
 #: pointer or a marker file is far smaller)
 SMALLEST_CHECKPOINT = 512
 
-#: traced collectives (sends left out) and traced sends each rank context entered at torn steps (per job's context)
+#: traced collectives (sends left out) each rank context entered at torn steps, and traced sends since its window
+#: was armed (per job's context)
 _entered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _sent: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: the rank context whose main thread entered a traced receive and has made no call since (the flight recorder
-#: counts a gloo receive only once it completes: one waiting for a held writer's send must count already)
-_receiving: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: how many calls the rank's process groups had issued as each rank context's window was armed: counts are compared
+#: from there (every rank arms at the same step's start; ranks that sent or received more before it do not differ)
+_base: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Window:
@@ -74,7 +73,6 @@ class _Window:
 
     def note(self, event: dict) -> None:
         """A file event of the writer's job: the file it was writing is complete (it moved on); the next is noted."""
-        _receiving.pop(self.ctx, None)
         with self.lock:
             self.complete()
             if event["how"] == "wrote" and not self.spent and self.fault.applies(self.ctx.rank, self.ctx.current_step):
@@ -173,7 +171,6 @@ class _Reader:
 
     def note(self, event: dict) -> None:
         """A file event of the reader's job: a read waits for the writer; any other file moves it on."""
-        _receiving.pop(self.ctx, None)
         with self.lock:
             if self.left:
                 return
@@ -221,7 +218,7 @@ class _Reader:
 
 class _Publisher(threading.Thread):
     """Publishes an armed rank's count of collectives (:func:`_count`) as it changes, and tells its window, while its
-    main thread may wait in a collective (polled: the flight recorder tells no one)."""
+    main thread may wait in a collective (polled: a group's count tells no one)."""
 
     def __init__(self, window):
         super().__init__(name="ddpfaults-checkpoint-count", daemon=True)
@@ -247,7 +244,9 @@ def _arm(ctx, watcher) -> None:
     window_ends(closing=True)
     _window = watcher
     files.listen(ctx, watcher.note, first=True)  # it acts before a rename happens: no one else notes it first
-    if _recorded() is not None:
+    issued = _issued()
+    _base[ctx], _sent[ctx] = issued or 0, 0
+    if issued is not None:
         _publisher = _Publisher(watcher)
         _publisher.start()
 
@@ -272,7 +271,6 @@ def entering(ctx, op: str, counted: bool = True) -> None:
     window_ends(ctx)
     counts = _entered if counted else _sent
     counts[ctx] = counts.get(ctx, 0) + 1
-    _receiving[ctx] = op in ("recv", "irecv")
     if counted:
         _write_flag(_flag(ctx, None, f"calls.{ctx.rank}"), str(_count(ctx)))
 
@@ -336,25 +334,22 @@ def _write_flag(path: str, text: str = "") -> None:
     os.replace(temporary, path)
 
 
-def _recorded() -> int | None:
-    """How many collectives this process's groups have enqueued, as torch's flight recorder counts them (sends and
-    receives included); None with the recorder off."""
-    if int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) <= 0:
-        return None
+def _issued() -> int | None:
+    """How many calls (collectives, sends and receives) this process's process groups have issued, as each counts
+    them (gloo's sequence number, moved as a call is issued: a rank waiting in one has it counted); None where a
+    group keeps no count."""
     try:
-        status = torch_private.flight_record(collectives=False, stacks=False).get("pg_status") or {}
-    except RuntimeError:
+        return sum(group._get_sequence_number_for_group() for group in list(torch_private.groups().pg_names))
+    except (AttributeError, RuntimeError):
         return None
-    return sum(max(int(group.get("last_enqueued_collective", 0)), 0) for group in status.values())
 
 
 def _count(ctx) -> int:
-    """How many collectives ``ctx``'s rank has entered, sends left out (a held writer's sends to its readers must not
-    put it ahead of their receives): the flight recorder's count less the sends ddpfaults traced, and a receive it
-    waits in (once it completed, one too many until the rank's next call); with the recorder off, the collectives
-    it traced."""
-    recorded = _recorded()
-    return _entered.get(ctx, 0) if recorded is None else recorded - _sent.get(ctx, 0) + _receiving.get(ctx, False)
+    """How many collectives and receives ``ctx``'s rank has entered since its window was armed, sends left out (a
+    held writer's sends to its readers must not put it ahead of their receives): its groups' count less the sends
+    ddpfaults traced; where a group keeps none, the collectives it traced at torn steps."""
+    issued = _issued()
+    return _entered.get(ctx, 0) if issued is None else issued - _base.get(ctx, 0) - _sent.get(ctx, 0)
 
 
 def _calls(ctx, rank: int) -> int:
