@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ddpfaults.faults import Preempt, RankCrash, TornDcpWrite, WriterKilledMidSave
+from ddpfaults.faults import Preempt, RankCrash, TornCheckpointWrite, TornDcpWrite, WriterKilledMidSave
 from ddpfaults.judge.causes import common_error, find_cause, preemption, torn_file
 from ddpfaults.judge.results import Cause, FiredFault, Outcome, RankResult, RankState, WorldResult
 from ddpfaults.judge.verdict import decide, mark_collateral
@@ -209,6 +209,29 @@ def test_a_checkpoint_an_earlier_attempt_cut_that_every_rank_then_failed_reading
     one_did_not_read = [restarted[0], raised(1, error="ValueError: negative seek value -1593", events=[other])]
     assert torn_file(one_did_not_read, plan, before=(cut,), attempt=0) is None
     assert torn_file(restarted, plan, before=(dataclasses.replace(cut, file=None),), attempt=0) is None
+
+
+def test_readers_that_raised_on_a_file_the_writer_held_torn_in_this_run_name_the_writer():
+    """``TornCheckpointWrite`` in one attempt: its records on the writer (the file it held torn) and on each reader
+    that read it so; the ranks that raised all read it: the writer is the cause. A reader's own record is no writer's:
+    it names no reader, also as an earlier attempt's evidence."""
+    plan = [TornCheckpointWrite(writer=0, step=2)]
+    held = "held the writer of ckpt.pt with 50 of 100 bytes on disk (/c/ckpt.pt) until every reader had moved on"
+    writer = FiredFault(0, repr(plan[0]), 0, 2, held, "checkpoint", file="/c/ckpt.pt")
+    read = [FiredFault(0, repr(plan[0]), r, 2, "read ckpt.pt with 50 of 100 bytes", "checkpoint", file="/c/ckpt.pt")
+            for r in (1, 2, 3)]  # fmt: skip
+    error = "OSError: [Errno 22] Invalid argument"
+    ranks = [RankResult(0, RankState.FINISHED, fired=[writer])]
+    ranks += [raised(r, error=error, site="train.py:39 in train", step=2, fired=[read[r - 1]]) for r in (1, 2, 3)]
+    cause = torn_file(ranks, plan)
+    assert (cause.kind, cause.culprit, cause.ranks, cause.step) == ("torn_file", 0, (0,), 2)
+    assert cause.describe().endswith(f"; ranks 1-3 read /c/ckpt.pt and raised {error}"), cause.describe()
+    assert _decide(ranks, plan).root_rank == 0
+    one_raised_elsewhere = [*ranks[:3], raised(3, error=error, site="train.py:39 in train", step=2)]
+    assert torn_file(one_raised_elsewhere, plan) is None  # rank 3 read nothing torn: not explained
+    readers_only = [r if r.rank else RankResult(0, RankState.FINISHED) for r in ranks]
+    assert torn_file(readers_only, plan) is None  # no writer's record: nobody tore it
+    assert torn_file(ranks[1:], plan, before=tuple(read), attempt=0) is None  # readers' records name no writer
 
 
 def test_a_cause_round_trips_through_the_report_document():
