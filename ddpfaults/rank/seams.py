@@ -24,6 +24,7 @@ Installed once per rank process (inert outside a job); each consults the current
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
@@ -112,16 +113,16 @@ class _Handed:
         self.yielded, self.cut, self.ended, self.ordinal = 0, False, False, 0
 
 
-#: > 0 while a wrapping loader (:func:`_hands_over`) fetches from the DataLoader iterator it wraps: that fetch is not
-#: the batch the loop gets, the wrapper records the one it hands out
-_wrapped_fetches = 0
+#: ``depth`` > 0 in a thread while a wrapping loader (:func:`_hands_over`) fetches there from the DataLoader iterator
+#: it wraps: that fetch is not the batch the loop gets, the wrapper records the one it hands out
+_wrapped_fetches = threading.local()
 
 
 def _next_batch(original):
     @functools.wraps(original)
     def __next__(self):
         ctx = running.current()
-        if ctx is None or _wrapped_fetches:
+        if ctx is None or getattr(_wrapped_fetches, "depth", 0):
             return original(self)
         if "_ddpfaults_handed" not in vars(self):
             self._ddpfaults_handed = _Handed()
@@ -165,12 +166,11 @@ def _hand(ctx, handed: _Handed, fetch):
 
 
 def _wrapped_fetch(iterator):
-    global _wrapped_fetches
-    _wrapped_fetches += 1
+    _wrapped_fetches.depth = getattr(_wrapped_fetches, "depth", 0) + 1
     try:
         return next(iterator)
     finally:
-        _wrapped_fetches -= 1
+        _wrapped_fetches.depth -= 1
 
 
 def _hands_over(original):

@@ -3,6 +3,7 @@
 data fault at step ``n`` empties the batch the loop gets at step ``n``, as with a plain DataLoader."""
 
 import json
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -116,3 +117,22 @@ def test_a_loop_that_stops_early_closes_the_wrapped_iterator(tmp_path, seam):
     next(batches)
     batches.close()
     assert closed == [True]
+
+
+def test_a_dataloader_another_thread_draws_from_meanwhile_is_still_recorded(tmp_path, seam):
+    """A wrapper's own fetches are silent in its thread only: a plain DataLoader a thread draws from while the
+    wrapper fetches keeps its batches (each of its iterators is one of the rank's, numbered in order)."""
+
+    class BesideAThread(Adapter):
+        def __iter__(self):
+            for batch in self.base:
+                thread = threading.Thread(target=lambda: next(iter(Adapter(1).base)))
+                thread.start()
+                thread.join()
+                yield batch
+
+    seams._accelerate_loaders(SimpleNamespace(DataLoaderAdapter=Adapter, BesideAThread=BesideAThread))
+    got, events = _loop(tmp_path, BesideAThread(2))
+    # the thread's batch came first each time, a step of the dataloader clock each: the fault's step 2 was its batch
+    assert got == [(1, 1), (3, 1)]
+    assert [k for k, _ in events] == ["batch", "batch", "batch", "fault", "batch", "loader_end"]
