@@ -190,7 +190,9 @@ def _hands_over(original):
                     return
                 yield batch
         finally:
-            batches.close()
+            close = getattr(batches, "close", None)  # a generator has one (accelerate's), a plain iterator none
+            if close is not None:
+                close()
 
     return __iter__
 

@@ -44,6 +44,13 @@ class Inherits(ReadsAhead):
     """An adapter with no ``__iter__`` of its own: patched through its base only."""
 
 
+class Returns(Adapter):
+    """An adapter whose ``__iter__`` returns the DataLoader's iterator (no generator: nothing to close)."""
+
+    def __iter__(self):
+        return iter(self.base)
+
+
 def _loop(tmp_path, loader) -> tuple[list, list]:
     """What a rank 1 on the dataloader clock, with ``EmptyBatch(rank=1, step=2)``, sees of ``loader``: each batch's
     (step when the loop got it, its size), and the seam's events."""
@@ -72,8 +79,10 @@ def seam(monkeypatch):
     the two adapters, patched as :func:`seams._accelerate_loaders` patches accelerate's."""
     iterator = dataloader._BaseDataLoaderIter
     monkeypatch.setattr(iterator, "__next__", seams._next_batch(iterator.__next__))
-    monkeypatch.setattr(ReadsAhead, "__iter__", ReadsAhead.__iter__)
-    seams._accelerate_loaders(SimpleNamespace(DataLoaderAdapter=Adapter, ReadsAhead=ReadsAhead, Inherits=Inherits))
+    for cls in (ReadsAhead, Returns):
+        monkeypatch.setattr(cls, "__iter__", cls.__iter__)
+    loaders = {"ReadsAhead": ReadsAhead, "Inherits": Inherits, "Returns": Returns}
+    seams._accelerate_loaders(SimpleNamespace(DataLoaderAdapter=Adapter, **loaders))
 
 
 EXPECTED = [(0, 1), (1, 1), (2, 0), (3, 1), (4, 1)]  # batch 2, the batch of step 2, emptied
@@ -84,7 +93,7 @@ def test_a_plain_dataloader_is_recorded_where_it_yields(tmp_path, seam):
     assert _loop(tmp_path, Adapter(5).base) == (EXPECTED, EVENTS)
 
 
-@pytest.mark.parametrize("kind", [ReadsAhead, Inherits])
+@pytest.mark.parametrize("kind", [ReadsAhead, Inherits, Returns])
 def test_a_loader_reading_ahead_is_recorded_where_it_hands_a_batch_to_the_loop(tmp_path, seam, kind):
     assert "__iter__" not in vars(Inherits)  # its base's patch is the one it runs
     assert _loop(tmp_path, kind(5)) == (EXPECTED, EVENTS)
