@@ -1,7 +1,7 @@
 """Hugging Face Accelerate loops in real worlds (issue 50): accelerate's ``DataLoaderShard`` fetches one batch ahead,
 and the DataLoader seam acts on and records the batches the loop gets, so a rank that skips an empty batch is named
-by its own history at two ranks as at four, script and rank function alike. Skipped without accelerate (the
-``transformers`` extra)."""
+by its own history at two ranks as at four, script and rank function alike. accelerate is in the ``test`` extra (the
+README's test command runs these worlds); skipped, saying so, where it is not installed."""
 
 import importlib.util
 import os
@@ -14,7 +14,7 @@ from ddpfaults.faults import EmptyBatch
 from processes import WORLD_GUARD
 
 if importlib.util.find_spec("accelerate") is None:
-    pytest.skip("accelerate is not installed (pip install -e '.[transformers]')", allow_module_level=True)
+    pytest.skip("accelerate is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "scripts")
 LOOP = os.path.join(SCRIPTS, "accelerate_loop.py")
