@@ -207,7 +207,12 @@ def test_the_rank_outside_a_block_every_other_rank_runs_is_named(form, world_siz
         result = run_world(causefns.skips_the_criterions_reduce, world_size=world_size)
     assert result.outcome in (Outcome.HUNG, Outcome.CRASHED) and result.root_rank == 1, result.report()
     if world_size == 4:
-        assert "rank 1 stood outside a branch on the rank that ranks 0, 2, 3 stood inside" in result.root_cause
+        # the ranks whose stacks show them inside: rank 0's can be missing (aborted by gloo, or its dump came back
+        # empty: once in a full suite run at load ~6), and the clause then names ranks 2, 3 alone
+        inside = "ranks 0, 2, 3" if result.ranks[0].stack else "ranks 2, 3"
+        assert f"rank 1 stood outside a branch on the rank that {inside} stood inside" in result.root_cause, (
+            result.report()
+        )
     else:
         assert "in step 1 rank 1 made no collective inside `if not (" in result.root_cause, result.report()
         assert "as it did in step 0 and rank 0 did in step 1" in result.root_cause, result.report()
