@@ -37,6 +37,7 @@ _SKIPPED_SUFFIXES = (".py", ".pyc", ".so", ".pyi")  # not .pth: a checkpoint as 
 _SKIPPED_PIECES = ("/.ddpfaults-", "/torchinductor_", "/.cache/", "/.triton/", "/__pycache__/")
 
 _job = None  # (ctx, pid, own directories) of the running job (begin)
+_real_dirs: dict = {}  # directory -> its resolution, for the running job (begin forgets them)
 _notes: list = []  # (ctx, note): who is told of that job's file events (listen)
 _inside = threading.local()  # .busy: this thread is noting a file (its own opens are not the job's)
 _installed = False
@@ -68,6 +69,7 @@ def begin(ctx, ignore: tuple = ()) -> None:
     begun anew keeps its listeners, another job's are dropped."""
     global _job, _notes
     install()
+    _real_dirs.clear()
     own = frozenset(os.path.realpath(d) for d in ignore)
     if _job is not None and _job[0] is ctx:
         own |= _job[2]
@@ -167,10 +169,21 @@ def _path(name, own: frozenset) -> str | None:
         return None
     if name.endswith(_SKIPPED_SUFFIXES) or name.startswith(_SYSTEM):
         return None
-    path = os.path.realpath(name)
+    path = _resolved(name)
     if path.startswith(_SYSTEM) or any(piece in path for piece in _SKIPPED_PIECES) or os.path.dirname(path) in own:
         return None
     return path
+
+
+def _resolved(name: str) -> str:
+    """``name`` resolved as ``os.path.realpath`` does, its directory's resolution kept for the job (a job's files
+    are mostly in directories it met before: a full resolution is a system call per path component)."""
+    head, tail = os.path.split(os.path.abspath(name))
+    real = _real_dirs.get(head)
+    if real is None:
+        real = _real_dirs[head] = os.path.realpath(head)
+    path = os.path.join(real, tail)
+    return os.path.realpath(path) if os.path.islink(path) else path
 
 
 def _size(path: str) -> dict:

@@ -66,6 +66,32 @@ def test_every_door_is_one_event_with_the_resolved_path_mode_and_size(tmp_path):
     assert files.measured(noted[5])["size"] == os.path.getsize(data / "c.npy") > 0  # measured once written
 
 
+def test_a_path_through_a_linked_directory_or_to_a_linked_file_is_recorded_as_realpath_resolves_it(tmp_path):
+    """The directory's resolution is kept for the job; a link met later (a file, or a directory made after it) is
+    still resolved."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "via").symlink_to(real)
+    (real / "target.pt").write_bytes(b"x")
+
+    def act(ctx):
+        for _ in range(2):  # the second time from the kept resolution
+            open(tmp_path / "via" / "a.pt", "wb").close()
+        (real / "link.pt").symlink_to(real / "target.pt")
+        open(tmp_path / "via" / "link.pt", "rb").close()
+        (tmp_path / "later").symlink_to(real)
+        open(tmp_path / "later" / "a.pt", "rb").close()
+
+    noted = _recorded(tmp_path, act)
+    resolved = os.path.realpath(real)
+    assert [(e["how"], e["path"]) for e in noted] == [
+        ("wrote", f"{resolved}/a.pt"),
+        ("wrote", f"{resolved}/a.pt"),
+        ("read", f"{resolved}/target.pt"),
+        ("read", f"{resolved}/a.pt"),
+    ]
+
+
 def test_only_the_files_directly_in_the_job_s_directory_are_ddpfaults_own_not_its_shared_directory_s(tmp_path):
     def act(ctx):
         (tmp_path / "job" / "rank0.events").write_text("ddpfaults' own")
