@@ -7,8 +7,8 @@ looks the effect up here).
 - the checkpoint faults (:mod:`ddpfaults.rank.checkpoint`): the writer watches the files it writes in the fault's
   step (the rank's file record) and acts on the one complete as it moves on (a file event, a collective, the next
   step, the job's end): ``WriterKilledMidSave`` cuts it and kills the writer, ``TornCheckpointWrite`` holds it cut
-  until every reader moved on (a reader's reads at that step wait for it; every rank counts the collectives it
-  enters there, so neither side waits for a peer blocked in one);
+  until every reader moved on (a reader's reads wait for it; every armed rank publishes its process groups' count
+  of calls, read by a thread while it waits in one, so neither side waits for a peer blocked in a collective);
 - the DCP faults (``TornDcpWrite``, ``CheckpointNotVisible``, ``AsyncSaveKilled``): ``os.fsync``, ``os.rename``,
   ``os.path``'s existence checks, ``os.listdir`` and ``dcp.async_save`` are wrapped when their step starts
   (:mod:`ddpfaults.rank.dcp`);
