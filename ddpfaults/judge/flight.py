@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import operator
 import os
 import re
 
@@ -50,9 +51,24 @@ def _is_machinery(path: str) -> bool:
     return path.startswith("<") or any(piece in path for piece in MACHINERY)
 
 
-def _site(frames: list) -> str:
-    """The call site of a record's stack (:func:`ddpfaults.events.call_site`: the user's line, a library beside)."""
-    return call_site(((f.get("filename", ""), f.get("line"), f.get("name")) for f in frames), _is_machinery)
+def _stack(entry: dict) -> tuple:
+    """The entry's stack as ``(path, line, function)`` frames, innermost first (what :func:`_site` and
+    :func:`_maker_of` read, and their cache key: a loop makes the same stack again and again)."""
+    frames = entry.get("frames") or ()
+    try:
+        return tuple(map(_FRAME_FIELDS, frames))  # torch writes all three fields of every frame
+    except KeyError:
+        return tuple((f.get("filename", ""), f.get("line"), f.get("name")) for f in frames)
+
+
+_FRAME_FIELDS = operator.itemgetter("filename", "line", "name")
+
+
+@functools.lru_cache(maxsize=1024)
+def _site(stack: tuple) -> str:
+    """The call site of a record's :func:`_stack` (:func:`ddpfaults.events.call_site`: the user's line, a library
+    beside)."""
+    return call_site(stack, _is_machinery)
 
 
 #: a frame line of a faulthandler dump (``File "x.py", line 3 in f``) or a traceback (``File "x.py", line 3, in f``)
@@ -72,17 +88,18 @@ def _maker(entry: dict) -> str:
     """Who made the entry's collective (a key of :data:`ddpfaults.events.MAKERS`), from the frames of its stack
     (innermost first): a library whose frame is on it, ddpfaults when the innermost frame outside torch and the
     wrappers a user's call passes through (:data:`_PASSED_THROUGH`) is its own machinery, else the user's code."""
-    return _maker_of(tuple((frame.get("filename", ""), frame.get("name")) for frame in entry.get("frames") or []))
+    return _maker_of(_stack(entry))
 
 
-@functools.lru_cache(maxsize=256)
-def _maker_of(frames: tuple) -> str:
-    """:func:`_maker` of a stack's ``(filename, name)`` frames (a loop makes the same stack again and again)."""
+@functools.lru_cache(maxsize=1024)
+def _maker_of(stack: tuple) -> str:
+    """:func:`_maker` of a :func:`_stack`."""
     for piece, name, maker in _MAKERS:
-        if any((piece is None or piece in path) and (name is None or name == fn) for path, fn in frames):
+        if any((piece is None or piece in path) and (name is None or name == fn) for path, _, fn in stack):
             return maker
     innermost = next(
-        (path for path, _ in frames if f"{os.sep}torch{os.sep}" not in path and not path.endswith(_PASSED_THROUGH)), ""
+        (path for path, _, _ in stack if f"{os.sep}torch{os.sep}" not in path and not path.endswith(_PASSED_THROUGH)),
+        "",
     )
     return "ddpfaults" if any(piece in innermost for piece in _OWN) else "user"
 
@@ -192,9 +209,9 @@ def collectives(
                 seq=record_id + 1 if fresh and isinstance(record_id, int) else i,
                 op=str(entry.get("profiling_name", "?")).split(":", 1)[-1],
                 shapes=[list(s) for s in entry.get("input_sizes") or []],
-                site=_site(entry.get("frames") or []),
+                site=_site(stack := _stack(entry)),
                 step=_step_of(entry, created, steps, times, step_seqs),
-                note=_note(maker := _maker(entry), group := _group(entry, identities)),
+                note=_note(maker := _maker_of(stack), group := _group(entry, identities)),
                 maker=maker,
                 group=group[0],
                 members=group[1],
