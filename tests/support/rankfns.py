@@ -329,7 +329,7 @@ def fsdp_dcp_round_trip(ctx, checkpoint_dir, steps=2):
 
 
 def ddp_train_for(ctx, seconds, stuck_rank=None, stuck_step=None):
-    """DDP on a small Linear: SGD steps of about 10 ms for ``seconds`` (a healthy job that may outlast its
+    """DDP on a small Linear: SGD steps of about 50 ms for ``seconds`` (a healthy job that may outlast its
     deadline); rank ``stuck_rank`` sleeps for ten minutes, outside any collective, once it reaches step
     ``stuck_step``, while its peers wait for it in DDP's gradient all_reduce. Returns the steps taken."""
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
@@ -345,8 +345,9 @@ def ddp_train_for(ctx, seconds, stuck_rank=None, stuck_step=None):
         loss.backward()
         optimizer.step()
         step += 1
-        # fixed: a healthy job's pace (10 ms steps): the timeout tests need it training, not any number of steps
-        time.sleep(0.01)
+        # fixed: a healthy job's pace (50 ms steps, mostly asleep: its ranks leave the CPU to the other tests): the
+        # timeout tests need it training, not any number of steps
+        time.sleep(0.05)
     return step
 
 

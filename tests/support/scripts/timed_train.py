@@ -1,4 +1,4 @@
-"""A plain torchrun training script, no ddpfaults import: DDP on a small Linear, SGD steps of about 10 ms for
+"""A plain torchrun training script, no ddpfaults import: DDP on a small Linear, SGD steps of about 50 ms for
 ``--seconds`` (a healthy job that may outlast its deadline). ``--stuck-rank R --stuck-step S``: rank R sleeps for
 ten minutes, outside any collective, once it reaches step S; its peers wait for it in DDP's gradient all_reduce."""
 
@@ -31,8 +31,9 @@ def main():
         loss.backward()
         optimizer.step()
         step += 1
-        # fixed: a healthy job's pace (10 ms steps): the timeout tests need it training, not any number of steps
-        time.sleep(0.01)
+        # fixed: a healthy job's pace (50 ms steps, mostly asleep: it leaves the CPU to other tests); the timeout
+        # tests need it training, not any number of steps
+        time.sleep(0.05)
     dist.destroy_process_group()
 
 
