@@ -85,13 +85,14 @@ def wide_train(ctx, width=1024, steps=20, every=5):
     return steps
 
 
-def unrecorded(ctx, train, **kwargs):
-    """``train(ctx, **kwargs)`` with the rank's file record unheard: the resume check's capture stops listening to
-    the audit hook (which stays installed: an audit hook cannot be removed), so the check runs without its file
-    record. ``bench_restarts.py`` times the check with and without it."""
+def recorded(ctx, train, recorded=True, **kwargs):
+    """``train(ctx, **kwargs)``; with ``recorded=False`` the rank's file record unheard: the resume check's capture
+    stops listening to the audit hook (which stays installed: an audit hook cannot be removed), so the check runs
+    without its file record. ``bench_restarts.py`` times the check both ways, each through this function (the same
+    module loaded, the same frames)."""
     from ddpfaults.rank import files, resume
 
     capture = resume._capture
-    if capture is not None:
+    if capture is not None and not recorded:
         files.unlisten(ctx, capture.note)
     return train(ctx, **kwargs)

@@ -15,6 +15,9 @@ import os
 
 #: the kinds of file a rank keeps in its job's directory
 KINDS = ("events", "out", "stack", "fr", "result", "resume")
+#: how a line of a ``resume`` file that holds one file event begins (``{"file": {...}}``): the judge reads such a
+#: line only where no step record follows it, and tells it by this beginning, unparsed
+RESUME_FILE_LINE = '{"file": '
 
 
 def path(job_dir: str, rank: int, kind: str) -> str:

@@ -132,13 +132,16 @@ def _hook(event: str, args: tuple) -> None:
     if job is None or running.current() is not job[0] or os.getpid() != job[1]:
         return
     ctx, _, own = job
-    with quiet():  # a listener's own files (a checkpoint fault's flags and cuts) are none of the job's
+    _inside.busy = True  # a listener's own files (a checkpoint fault's flags and cuts) are none of the job's
+    try:
         found = _event(event, args, own)
         if found is not None:
             record = events.event("file", **found, step=ctx.current_step, wall=time.time())
             for owner, note in list(_notes):
                 if owner is ctx:
                     note(record)
+    finally:
+        _inside.busy = False
 
 
 def _event(event: str, args: tuple, own: frozenset) -> dict | None:
@@ -148,8 +151,10 @@ def _event(event: str, args: tuple, own: frozenset) -> dict | None:
         return None
     if event == "open":
         mode, flags = args[1], args[2]
-        how = "wrote" if (flags or 0) & _WRITE_FLAGS else "read"
-        return {"how": how, "path": path, "mode": mode if isinstance(mode, str) else f"flags {flags:#o}", **_size(path)}
+        mode = mode if isinstance(mode, str) else f"flags {flags:#o}"
+        if (flags or 0) & _WRITE_FLAGS:  # its size is what it holds once written: measured later (measured)
+            return {"how": "wrote", "path": path, "mode": mode, "size": None}
+        return {"how": "read", "path": path, "mode": mode, **_size(path)}
     if event == "os.rename":
         target = _path(args[1], own)
         return None if target is None else {"how": "renamed", "path": target, "src": path, **_size(path)}

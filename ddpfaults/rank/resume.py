@@ -33,6 +33,7 @@ import torch
 import torch.utils.data.dataloader as dataloader
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from ddpfaults import jobfiles
 from ddpfaults.rank import files as job_files
 from ddpfaults.rank import real_steps, running, wrapped
 from ddpfaults.rank.digest import Digest
@@ -66,7 +67,8 @@ class Capture:
         if key not in self.seen:
             self.seen.add(key)
             self.files.append(event)
-            self.write({"file": event})  # now: a rank killed before its next step still tells what it wrote
+            # now: a rank killed before its next step still tells what it wrote
+            self.line(f"{jobfiles.RESUME_FILE_LINE}{json.dumps(event)}}}\n")
 
     def taken(self) -> list:
         """The file events since the last optimizer step, each written file measured now; forgotten here."""
@@ -76,9 +78,13 @@ class Capture:
 
     def write(self, record: dict) -> None:
         """Append one record (a whole line: a rank killed mid-job leaves every record it finished)."""
+        self.line(json.dumps(record) + "\n")
+
+    def line(self, text: str) -> None:
+        """Append one whole line of the file."""
         if self.file is None:
             self.file = open(self.path, "a", buffering=1)
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(text)
 
 
 def start(ctx, path: str, watch: frozenset = frozenset()) -> None:

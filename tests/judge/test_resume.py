@@ -515,3 +515,26 @@ def test_a_check_that_could_not_run_is_neither_equivalent_nor_different():
     for finding in (resume.not_resumed("completed"), resume.unchecked("crashed", "rank 1 raised")):
         assert finding["equivalent"] is None and finding["first_difference"]["cause"] in resume.UNCHECKED
         assert resume.describe(finding).startswith("resume not checked: ")
+
+
+def test_a_rank_s_file_lines_count_only_after_its_last_step_record_and_a_line_cut_by_a_kill_ends_them(tmp_path):
+    """A rank writes each file event as a line of its own, then again in its next step's record: ``read`` keeps the
+    step records, and the file lines after the last of them (a rank killed before its next step) as a record of
+    their own, up to a line the kill cut short."""
+    import json
+
+    from ddpfaults import jobfiles
+
+    def file_line(path):
+        return f"{jobfiles.RESUME_FILE_LINE}{json.dumps({'how': 'wrote', 'path': path})}}}\n"
+
+    steps = [{"i": 0, "params": "a", "files": [{"how": "wrote", "path": "/c/0"}]}, {"i": 1, "params": "b"}]
+    lines = [file_line("/c/0"), json.dumps(steps[0]) + "\n", json.dumps(steps[1]) + "\n"]
+    (tmp_path / "rank0.resume").write_text(
+        "".join([*lines, file_line("/c/1"), file_line("/c/2"), file_line("/c/3")[:20]])
+    )
+    (tmp_path / "rank1.resume").write_text("".join(lines))
+    ranks = resume.read(str(tmp_path), 3)
+    assert ranks[0] == [*steps, {"files": [{"how": "wrote", "path": "/c/1"}, {"how": "wrote", "path": "/c/2"}]}]
+    assert ranks[1] == steps
+    assert ranks[2] == []

@@ -56,16 +56,23 @@ def read(job_dir: str, world_size: int) -> list[list[dict]]:
         if os.path.exists(path):
             with open(path) as f:
                 for line in f:
+                    if line.startswith(
+                        jobfiles.RESUME_FILE_LINE
+                    ):  # read only if no step record follows (the next holds it too)
+                        pending.append(line)
+                        continue
                     try:
-                        record = json.loads(line)
+                        records.append(json.loads(line))
                     except ValueError:  # a line cut short by a kill
                         break
-                    if "file" in record:
-                        pending.append(record["file"])
-                    else:
-                        records.append(record)
-                        pending = []
-        ranks.append(records + ([{"files": pending}] if pending else []))
+                    pending = []
+        files = []
+        for line in pending:
+            try:
+                files.append(json.loads(line)["file"])
+            except ValueError:
+                break
+        ranks.append(records + ([{"files": files}] if files else []))
     return ranks
 
 
