@@ -1,9 +1,10 @@
 """Issue 51: the README's test command (``python -m pytest -n 3``) at this tree and at a base commit, in one run.
 
 Run:  python bench/bench_tests.py [--base b18b9bd] [--repeat 1] [--coverage]
-The base commit (default: where issue 51's work began) is checked out into a temporary worktree and run with
-``PYTHONPATH`` set to it (its ranks inherit it: they run its code); this tree is run as it is. The two alternate
-(base, head, base, head...) so a change of the machine's load falls on both. Prints each run's wall seconds and
+The base commit (default: where issue 51's work began) and this tree's HEAD are each checked out into a temporary
+worktree and run with ``PYTHONPATH`` set to it (its ranks inherit it: they run its code), every run from a tree
+without bytecode caches, as on a fresh clone (the suite writes them as it goes). The two alternate (base, head, base,
+head...) so a change of the machine's load falls on both. Prints each run's wall seconds and
 summary line, the medians, and head's ratio against the base (goal: head <= 180 s on a quiet 2-core machine).
 
 ``--coverage`` runs each tree once under coverage.py instead (every process measured: the xdist workers, the fork
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -61,6 +63,14 @@ def covered(tree: str, scratch: str, name: str) -> tuple[float, str]:
     return float(done.stdout.strip()), summary
 
 
+def _drop_caches(tree: str) -> None:
+    """Remove every ``__pycache__`` directory under ``tree`` (bytecode and pytest's rewritten tests)."""
+    for folder, dirs, _ in os.walk(tree):
+        if "__pycache__" in dirs:
+            shutil.rmtree(os.path.join(folder, "__pycache__"))
+            dirs.remove("__pycache__")
+
+
 def main() -> None:
     """Run the benchmark."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,24 +79,27 @@ def main() -> None:
     parser.add_argument("--coverage", action="store_true", help="line coverage of each tree instead of its time")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpfaults-bench-base-") as scratch:
-        base = os.path.join(scratch, "base")
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base, args.base], check=True)
+        base, head = os.path.join(scratch, "base"), os.path.join(scratch, "head")
+        for tree, commit in ((base, args.base), (head, "HEAD")):
+            subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, commit], check=True)
         try:
             if args.coverage:
                 percents = {}
-                for name, tree in (("base", base), ("head", ROOT)):
+                for name, tree in (("base", base), ("head", head)):
                     percents[name], summary = covered(tree, scratch, name)
                     print(f"{name}: {percents[name]:.2f}% of ddpfaults/ lines  {summary}", flush=True)
                 print(f"coverage: base {args.base[:7]} {percents['base']:.2f}%, head {percents['head']:.2f}%")
                 return
             walls: dict[str, list[float]] = {"base": [], "head": []}
             for _ in range(args.repeat):
-                for name, tree in (("base", base), ("head", ROOT)):
+                for name, tree in (("base", base), ("head", head)):
+                    _drop_caches(tree)
                     wall, summary = run_tests(tree)
                     walls[name].append(wall)
                     print(f"{name}: {wall:.1f} s  {summary}", flush=True)
         finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base], check=False)
+            for tree in (base, head):
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=False)
     base_median, head_median = (statistics.median(walls[k]) for k in ("base", "head"))
     print(f"median: base {args.base[:7]} {base_median:.1f} s, head {head_median:.1f} s  [goal: head <= 180 s]")
     print(f"ratio head/base: {head_median / base_median:.2f}x")
