@@ -27,6 +27,7 @@ def main() -> None:
     """Run the profile."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--top", type=int, default=25, help="files shown, by CPU")
+    parser.add_argument("--tests", type=int, default=0, help="tests shown, by CPU (after the files)")
     args, pytest_args = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="ddpfaults-profile-") as scratch:
         out = os.path.join(scratch, "cpu")
@@ -51,6 +52,10 @@ def main() -> None:
             f"{cpu:7.1f} {c['self']:7.1f} {c['children']:7.1f} {c['ranks']:7.1f} {c['fork_server']:7.1f} "
             f"{c['worlds']:6d} {c['rank_slots']:6d} {c['tests']:5d}  {name}"
         )
+    by_test = sorted(records, key=lambda r: -sum(r[p] for p in PARTS))
+    for record in by_test[: args.tests]:
+        parts = " ".join(f"{record[p]:7.1f}" for p in PARTS)
+        print(f"{sum(record[p] for p in PARTS):7.1f} {parts} {record['worlds']:6d}  {record['id']}")
     total = collections.Counter()
     for c in by_file.values():
         total.update(c)

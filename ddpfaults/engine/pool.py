@@ -47,7 +47,7 @@ WARM_PG_TIMEOUT = 1800.0  # a warm group outlives any one run's timeout; the lau
 #: imported once in the fork server, so ranks start with them loaded (DDP.__init__ and the first flight-recorder
 #: dump import torch._dynamo: ~1 s of CPU per rank otherwise; FSDP2 and DCP ~1.5 s per rank); the first sets the
 #: fork server up to keep, and at the launcher's death kill, whatever the ranks leave behind (see
-#: ddpfaults.rank.forkserver).
+#: ddpfaults.rank.forkserver); the last freezes what the others made, so no rank's collection walks it.
 _FORKSERVER_PRELOAD = [
     "ddpfaults.rank.forkserver",
     "torch",
@@ -57,6 +57,7 @@ _FORKSERVER_PRELOAD = [
     "torch.distributed.fsdp",
     "torch.distributed.checkpoint",
     "ddpfaults.rank.main",
+    "ddpfaults.rank.preload_done",
 ]
 
 

@@ -125,3 +125,11 @@ def test_a_rank_never_started_is_not_live():
     finally:
         ranks.procs = []
         ranks.close()
+
+
+def test_a_rank_forked_from_the_fork_server_never_walks_the_preloaded_objects_in_a_collection():
+    """The fork server freezes what its preload made (``ddpfaults.rank.preload_done``): a rank inherits torch's
+    objects in the permanent generation, so no full collection in the rank walks (and copies on write) them."""
+    result = run_world(rankfns.frozen_objects, world_size=2)
+    assert result.outcome == Outcome.COMPLETED, result.report()
+    assert all(count > 100_000 for count in result.values), result.values

@@ -404,3 +404,10 @@ def numpy_checkpoint(ctx, steps=3, reload_at=1):
             loaded = float(np.load(path).sum())
         dist.barrier()
     return loaded
+
+
+def frozen_objects(ctx):
+    """How many objects this rank's garbage collector never walks (``gc.freeze``'s permanent generation)."""
+    import gc
+
+    return gc.get_freeze_count()
