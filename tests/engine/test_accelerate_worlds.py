@@ -11,6 +11,7 @@ import pytest
 from accelfns import accelerate_loop
 from ddpfaults import Outcome, run_script, run_world
 from ddpfaults.faults import EmptyBatch
+from pairwise import pairwise
 from processes import WORLD_GUARD
 
 if importlib.util.find_spec("accelerate") is None:
@@ -33,9 +34,7 @@ def _world(form, world_size, empty, **settings):
     )
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("form", ["script", "function"])
-@pytest.mark.parametrize("empty", ["fault", "data"])
+@pytest.mark.parametrize(("empty", "world_size", "form"), pairwise(["fault", "data"], [2, 4], ["script", "function"]))
 def test_a_rank_whose_accelerate_loop_skips_an_empty_batch_is_named_by_its_own_history(empty, form, world_size):
     """Rank 1 skips its empty batch: its gradient all_reduces pair with its peers' next ones, and the world hangs at
     the closing ``wait_for_everyone()``. At every other batch rank 1 made the gradient all_reduce, at the skipped one

@@ -19,6 +19,7 @@ from groupfns import (
     torch_pipeline,
     two_groups,
 )
+from pairwise import pairwise
 from processes import WORLD_GUARD
 
 
@@ -90,9 +91,7 @@ def _two_groups(form, world_size, how):
     return run_world(two_groups, world_size=world_size, kwargs={option: 1}, stall=1.0, timeout=WORLD_GUARD)
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("form", ["function", "script"])
-@pytest.mark.parametrize("how", ["swap", "extra"])
+@pytest.mark.parametrize(("how", "world_size", "form"), pairwise(["swap", "extra"], [2, 4], ["function", "script"]))
 def test_groups_made_in_another_order_by_one_rank_are_named_by_the_majority_and_symmetric_at_two(how, form, world_size):
     """Rank 1 makes the world's groups b before a (``swap``: they connect crosswise, as torch names groups by a
     per-process counter, and each rank waits in an all_reduce its peers make in the other group), or makes a group

@@ -17,6 +17,7 @@ import ddpfaults
 import restartfns
 from ddpfaults.faults import RankKilled, WriterKilledMidSave
 from ddpfaults.judge.ranks import format_ranks
+from pairwise import pairwise
 from processes import EVENT_GUARD, WORLD_GUARD
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
@@ -68,9 +69,7 @@ def test_the_buffer_then_open_trainer_resumes_equivalent_in_its_own_directory_an
     assert "{run_dir}" in first["detail"] and "resume not checked:" in refused.report()
 
 
-@pytest.mark.parametrize("form", ["script", "function"])
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("bug", sorted(BUGS))
+@pytest.mark.parametrize(("bug", "world_size", "form"), pairwise(sorted(BUGS), [2, 4], ["script", "function"]))
 def test_each_buggy_resume_of_the_buffer_then_open_trainer_is_named_at_its_real_first_difference(bug, world_size, form):
     result = _trainer(form, world_size, None, bug=bug)
     assert result.outcome == "completed", result.report()
