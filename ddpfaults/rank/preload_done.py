@@ -7,9 +7,8 @@ the preloaded objects are never garbage anyway. Imported anywhere else, it does 
 from __future__ import annotations
 
 import gc
-import sys
 
-from ddpfaults.proc import mp_private
+from ddpfaults.rank.forkserver import in_fork_server
 
-if mp_private.in_fork_server_main(sys._getframe()):
+if in_fork_server():
     gc.freeze()
