@@ -5,6 +5,7 @@ relative paths lead."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,19 +16,18 @@ import pytest
 import ddpfaults.__main__ as cli_main
 import rankfns
 from cli import ROOT, ddpfaults_cli
-from processes import EVENT_GUARD, alive, descendants, interruptible
+from processes import EVENT_GUARD, alive, descendants, interruptible, wait_for
 
 PLAIN = f"{ROOT}/tests/support/scripts/plain_train.py"
 
 
 def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
-    """Ctrl-C while the ranks (and their DataLoader workers) run: one line, status 130, every process below gone.
-    Forked ranks: no fork server to start, the world is up in a moment."""
+    """Ctrl-C while the ranks (and their DataLoader workers) run: one line, status 130; every process below gone
+    (the fork server too) and the world's temp dir with them. (SIGTERM to a launcher: tests/engine/test_teardown.py.)"""
     command = [sys.executable, "-m", "ddpfaults", "run", f"{rankfns.__file__}:record_pids", "--world-size", "2"]
     # the world's timeout only guards: the Ctrl-C ends it (a world slow to start under load must not time out first)
     command += ["--kwargs", f"{{'directory': {str(tmp_path)!r}, 'workers': 1, 'hang': 'sleep'}}"]
     command += ["--timeout", str(EVENT_GUARD)]
-    command += ["--start-method", "fork"]
     run = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
     )
@@ -38,8 +38,10 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
             # fixed: the poll interval: the event ends the wait, this only spaces the looks
             time.sleep(0.05)
         below = descendants(run.pid)
-        workers = [w for r in (0, 1) for w in json.loads((tmp_path / f"rank{r}.json").read_text())["workers"]]
-        assert len(below) >= 4 and set(workers) <= set(below), below  # the ranks and their workers at least
+        ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+        workers = [w for rank in ranks for w in rank["workers"]]
+        fork_server = {rank["ppid"] for rank in ranks}
+        assert len(below) >= 5 and set(workers) | fork_server <= set(below), below  # ranks, workers, fork server
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=EVENT_GUARD)
     finally:
@@ -51,11 +53,8 @@ def test_ctrl_c_ends_a_run_with_one_line_and_leaves_no_process(tmp_path):
         ["ddpfaults: interrupted (Ctrl-C); the world was stopped, nothing it started is left running"],
         "",
     )
-    deadline = time.monotonic() + EVENT_GUARD
-    while alive(below) and time.monotonic() < deadline:
-        # fixed: the poll interval: the event ends the wait, this only spaces the looks
-        time.sleep(0.05)
-    assert alive(below) == []
+    wait_for(lambda: not alive(below), EVENT_GUARD, "every rank, worker and the fork server to die")
+    wait_for(lambda: not os.path.exists(ranks[0]["shared_dir"]), EVENT_GUARD, "the world's temp dir to be removed")
 
 
 class _ClosedPipe:

@@ -8,17 +8,16 @@ through ``open`` tears the in-place checkpoint (every restart crashes loading it
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 import ddpfaults
 import restartfns
+from cli import ddpfaults_cli
 from ddpfaults.faults import RankKilled, WriterKilledMidSave
 from ddpfaults.judge.ranks import format_ranks
 from pairwise import pairwise
-from processes import EVENT_GUARD, WORLD_GUARD
+from processes import WORLD_GUARD
 
 pytestmark = pytest.mark.usefixtures("own_cwd")  # the resume check copies the working directory: a small one
 
@@ -90,12 +89,11 @@ def test_the_tutorial_s_replayed_epoch_is_named_at_its_first_replayed_step_thoug
     assert "the batch the uninterrupted run consumed at step 0" in first["detail"]
 
 
-def test_run_check_resume_exits_1_on_the_tutorial_s_replayed_epoch(tmp_path):
-    command = [
-        sys.executable, "-m", "ddpfaults", "run", REPLAY, "--world-size", "2", "--max-restarts", "1",
-        "--stall", str(STALL), "--cwd", str(tmp_path), "--faults", "[RankKilled(rank=1, step=5)]", "--check-resume",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=EVENT_GUARD)
+def test_run_check_resume_exits_1_on_the_tutorial_s_replayed_epoch(tmp_path, capsys, monkeypatch):
+    done = ddpfaults_cli(
+        capsys, monkeypatch, "run", REPLAY, "--world-size", "2", "--max-restarts", "1", "--stall", STALL,
+        "--cwd", tmp_path, "--faults", "[RankKilled(rank=1, step=5)]", "--check-resume",
+    )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "resume differs from step 4: rank 0 consumed at step 4 the batch" in done.stdout, done.stdout
 

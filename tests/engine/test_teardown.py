@@ -8,8 +8,6 @@ import sys
 import textwrap
 import time
 
-import pytest
-
 from processes import EVENT_GUARD, alive, interruptible, wait_for
 
 #: tests/support (the helper modules): the launcher script below runs outside pytest, so it puts them on sys.path
@@ -29,11 +27,11 @@ LAUNCHER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
-def test_nothing_survives_the_launcher(tmp_path, signum):
-    """Ctrl-C or SIGTERM while a 3-rank world hangs: the launcher cleans up and exits non-zero; no rank, DataLoader
-    worker or fork server is left, nor the world's temp dir. (SIGKILL, where no clean-up of the launcher runs:
-    tests/engine/test_escapees.py, whose ranks' children left their process groups.)"""
+def test_nothing_survives_a_terminated_launcher(tmp_path):
+    """SIGTERM while a 3-rank world hangs: the launcher cleans up and exits non-zero; no rank, DataLoader worker or
+    fork server is left, nor the world's temp dir. (Ctrl-C: tests/engine/test_cli_ends.py; SIGKILL, where no clean-up
+    of the launcher runs: tests/engine/test_escapees.py, whose ranks' children left their process groups.)"""
+    signum = signal.SIGTERM
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER.format(support=SUPPORT, directory=str(tmp_path)))
     output = tmp_path / "launcher.out"
