@@ -1,4 +1,5 @@
-"""The report file (JSON) and the HTML page, from real worlds; the page checked in headless Chromium."""
+"""The report file (JSON) and the HTML page, from real worlds (those past 8 ranks recorded from real worlds:
+tests/support/recorded.py); the page checked in headless Chromium."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import rankfns
+import recorded
 from ddpfaults import DDPFaultsError, Outcome, WorldResult, run_world
 from ddpfaults.__main__ import main as cli
 from ddpfaults.expect import Expect, Expectation
@@ -89,15 +91,9 @@ def completed3():
 
 @pytest.fixture(scope="module")
 def hung16():
-    """16 ranks; rank 9 skips its step-2 all_reduce, so it is one collective ahead and the others hang."""
-    result = run_world(
-        rankfns.all_reduce_steps,
-        world_size=16,
-        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
-        stall=1.0,
-        timeout=WORLD_GUARD,
-        faults=[SkippedCollective(rank=9, step=2)],
-    )
+    """16 ranks (recorded: tests/support/recorded.py); rank 9 skipped its step-2 all_reduce, so it was one collective
+    ahead and the others hung."""
+    result = recorded.load("hung16")
     assert result.outcome == Outcome.HUNG and result.root_rank == 9, result.report()
     return result
 
@@ -115,15 +111,8 @@ def skipped_last():
 
 @pytest.fixture(scope="module")
 def hung64():
-    """64 ranks; rank 33 skips its step-2 all_reduce."""
-    result = run_world(
-        rankfns.all_reduce_steps,
-        world_size=64,
-        # fixed: the stall window of the hang this test expects; load calls none sooner (a starved rank is computing)
-        stall=1.0,
-        timeout=WORLD_GUARD,
-        faults=[SkippedCollective(rank=33, step=2)],
-    )
+    """64 ranks (recorded: tests/support/recorded.py); rank 33 skipped its step-2 all_reduce."""
+    result = recorded.load("hung64")
     assert result.outcome == Outcome.HUNG and result.root_rank == 33, result.report()
     return result
 
