@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import re
-import subprocess
-import sys
 
 import pytest
+from torch.distributed.flight_recorder import fr_trace
 
 import rankfns
 from ddpfaults import Outcome, run_world
@@ -14,7 +14,7 @@ from ddpfaults.faults import RankCrash, SkippedCollective, Straggler
 from ddpfaults.report.text import report_parts
 from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
-from processes import EVENT_GUARD, WORLD_GUARD
+from processes import WORLD_GUARD
 
 
 @pytest.mark.parametrize("wrap", ["plain", "ctx"])
@@ -44,18 +44,16 @@ def test_plain_ddp_criterion_skip_names_the_rank_that_diverged_not_the_one_gloo_
         assert result.divergence is not None and result.divergence.odd_ranks == (1,), result.report()
 
 
-def _fr_trace(directory) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=EVENT_GUARD,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout + proc.stderr  # its findings are logged (stderr)
+def _fr_trace(directory, capsys, caplog) -> str:
+    """What ``python -m torch.distributed.flight_recorder.fr_trace DIRECTORY`` prints, run here (its ``main``, the
+    command's own function; an interpreter of its own would cost an import of torch)."""
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="Flight Recorder"):  # its findings are logged
+        fr_trace.main([str(directory)])
+    return "\n".join([capsys.readouterr().out, *caplog.messages])
 
 
-def test_torchs_analyzer_reads_the_dumps_and_agrees_on_the_rank_of_a_hang(tmp_path):
+def test_torchs_analyzer_reads_the_dumps_and_agrees_on_the_rank_of_a_hang(tmp_path, capsys, caplog):
     """fr_trace, torch's own analyzer, over a hung world's dumps finds the collective rank 1 never joined.
 
     Where they differ: fr_trace matches collectives by sequence number and sizes only, so it names the first
@@ -74,14 +72,14 @@ def test_torchs_analyzer_reads_the_dumps_and_agrees_on_the_rank_of_a_hang(tmp_pa
     assert result.outcome == Outcome.HUNG and result.root_rank == 1
     assert result.flight_records == str(tmp_path / "dumps")
     assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["rank_0", "rank_1", "rank_2", "rank_3"]
-    found = _fr_trace(tmp_path / "dumps")
+    found = _fr_trace(tmp_path / "dumps", capsys, caplog)
     assert "Not all ranks joining collective" in found, found
     missing = re.search(r"missing ranks: \{([\d, ]+)\}", found)
     assert missing is not None and {int(r) for r in missing.group(1).split(",")} == {result.root_rank}, found
     assert "gloo:all_reduce" in found and "skip_backward at" in found, found
 
 
-def test_torchs_analyzer_reads_a_crashed_worlds_dumps_and_names_the_same_rank(tmp_path):
+def test_torchs_analyzer_reads_a_crashed_worlds_dumps_and_names_the_same_rank(tmp_path, capsys, caplog):
     """A crash (rank 2 raises at step 2, its peers get "Connection closed by peer"): every rank dumped before it
     exited. fr_trace finds rank 2 missing from the collective its peers entered next; ddpfaults names rank 2's
     error as the root cause and reports no divergent collective (a crash ends a sequence early: the error, not
@@ -94,7 +92,7 @@ def test_torchs_analyzer_reads_a_crashed_worlds_dumps_and_names_the_same_rank(tm
     )
     assert result.outcome == Outcome.CRASHED and result.root_rank == 2 and result.divergence is None
     assert len(list((tmp_path / "dumps").iterdir())) == 4
-    found = _fr_trace(tmp_path / "dumps")
+    found = _fr_trace(tmp_path / "dumps", capsys, caplog)
     missing = re.search(r"missing ranks: \{([\d, ]+)\}", found)
     assert missing is not None and {int(r) for r in missing.group(1).split(",")} == {result.root_rank}, found
 
