@@ -102,8 +102,8 @@ def _rank_ifs(path: str) -> tuple:
 
 
 def _segment(lines: list[str], node: ast.expr) -> str:
-    """``node``'s source text, as ``ast.get_source_segment`` gives it, from its file's ``lines`` (which that function
-    would split again for every node: most of the judge's CPU on a long file)."""
+    """``node``'s source text, as ``ast.get_source_segment`` gives it, from its file's ``lines`` (that function splits
+    the whole file again for each node: a fifth of the launcher's CPU over the built-in scenarios, measured)."""
     rows = [line.encode() for line in lines[node.lineno - 1 : node.end_lineno]]  # offsets count UTF-8 bytes
     rows[-1] = rows[-1][: node.end_col_offset]
     rows[0] = rows[0][node.col_offset :]
