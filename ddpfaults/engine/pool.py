@@ -32,6 +32,7 @@ from ddpfaults.faults import Plan
 from ddpfaults.judge.results import POINT_TO_POINT
 from ddpfaults.proc import mp_private, tree
 from ddpfaults.rank.forkserver import SIGNAL as forkserver_signal
+from ddpfaults.rank.forkserver import probe as forkserver_probe
 from ddpfaults.rank.forkserver import world_dir_prefix
 from ddpfaults.rank.job import warm_up
 from ddpfaults.rank.main import Job, RankConfig, Runnable, world_tmp
@@ -186,9 +187,7 @@ def fork_server_ready(timeout: float) -> bool:
 
         def first_fork():
             try:
-                mp_private.ProbePopen(
-                    ctx.Process(target=os._exit, args=(0,), name="ddpfaults-fork-server-probe")
-                ).wait()
+                mp_private.ProbePopen(ctx.Process(target=forkserver_probe, name="ddpfaults-fork-server-probe")).wait()
             finally:  # a probe that fails to launch leaves the ranks' own start to wait for the server, as without it
                 _fork_server["pid"] = server
 

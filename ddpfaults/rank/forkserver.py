@@ -52,6 +52,13 @@ def in_fork_server() -> bool:
     return mp_private.in_fork_server_main(sys._getframe(1))
 
 
+def probe() -> None:
+    """The fork server's first child (``ddpfaults.engine.pool.fork_server_ready``): it exits at once. A function of
+    a module the fork server preloads, so it pickles by name whatever has replaced ``os._exit`` (coverage.py's
+    ``patch = _exit`` makes that a local function, which cannot be pickled: the probe then failed to start)."""
+    os._exit(0)
+
+
 def _install() -> None:
     global _server_pid, _launcher_pid
     _server_pid, _launcher_pid = os.getpid(), os.getppid()

@@ -4,10 +4,12 @@ failed rank that has not exited yet."""
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import time
 import types
+from multiprocessing.reduction import ForkingPickler
 
 import pytest
 
@@ -17,6 +19,7 @@ from ddpfaults.engine import launcher, pool
 from ddpfaults.engine.launcher import LocalWorld
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.proc.tree import runnable
+from ddpfaults.rank import forkserver
 from ddpfaults.spec import RunSpec
 from processes import EVENT_GUARD, WORLD_GUARD
 
@@ -135,3 +138,16 @@ def test_a_rank_forked_from_the_fork_server_never_walks_the_preloaded_objects_in
     result = run_world(rankfns.frozen_objects, world_size=2)
     assert result.outcome == Outcome.COMPLETED, result.report()
     assert all(count > 100_000 for count in result.values), result.values
+
+
+def test_the_fork_server_probe_pickles_by_name_whatever_replaced_os_exit(monkeypatch):
+    """coverage.py (``patch = _exit``) replaces ``os._exit`` with a local function: a probe whose target was
+    ``os._exit`` failed to pickle, so the fork server was never probed and its first world waited for it instead."""
+
+    def local_exit(code):
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(os, "_exit", local_exit)
+    with pytest.raises(AttributeError, match="local object"):
+        ForkingPickler.dumps(os._exit)  # what the probe's process object carried
+    assert pickle.loads(ForkingPickler.dumps(pool.forkserver_probe)) is forkserver.probe
