@@ -1,9 +1,6 @@
 """The recorded worlds (tests/support/recorded.py): each reads back whole, as this version writes worlds; and, as a
 slow test, each live world still gives what was recorded."""
 
-import gzip
-import json
-
 import pytest
 
 import recorded
@@ -18,8 +15,7 @@ def _stable(world) -> tuple:
 
 @pytest.mark.parametrize("name", sorted(recorded.RECORDINGS))
 def test_a_recording_reads_back_as_the_world_it_recorded(name):
-    with gzip.open(recorded.path(name), "rt", encoding="utf-8") as f:
-        document = json.load(f)
+    document = recorded.document(name)
     world = recorded.load(name)
     assert world.to_dict() == document, f"re-record it: python tests/support/recorded.py {name}"
     world_size, skipper = recorded.RECORDINGS[name]

@@ -47,10 +47,15 @@ def path(name: str) -> str:
     return os.path.join(DIRECTORY, f"{name}.json.gz")
 
 
+def document(name: str) -> dict:
+    """The recording ``name`` as its JSON document."""
+    with gzip.open(path(name), "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
 def load(name: str) -> WorldResult:
     """The world recorded as ``name``."""
-    with gzip.open(path(name), "rt", encoding="utf-8") as f:
-        return WorldResult.from_dict(json.load(f))
+    return WorldResult.from_dict(document(name))
 
 
 def record(name: str) -> WorldResult:
