@@ -36,12 +36,6 @@ from ddpfaults.rank.main import Job, Runnable
 from ddpfaults.replay import describe_function
 from ddpfaults.spec import RunSpec, StopReason, check_call
 
-#: seconds a live rank gets to answer a request for its stack or flight record: a guard, not a measure. The wait
-#: ends as every rank asked has answered, exited or reported its end; only a rank that cannot answer (its request
-#: thread starved of the GIL by native code) costs it. A 1 s wait ran out under load and the verdict was then told
-#: from less evidence (the tracing instead of torch's record: another collective named, the same world).
-ANSWER_GUARD = 10.0
-
 
 def run_world(
     fn,
@@ -349,7 +343,7 @@ class LocalWorld(Observer):
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
             with open(jobfiles.request(w.stack_path), "w") as f:  # the rank's request thread dumps, holding the GIL
                 f.write(str(time.monotonic()))
-        deadline = time.monotonic() + ANSWER_GUARD
+        deadline = time.monotonic() + loop.ANSWER_GUARD
         pending, seen = set(indices), {}
         while pending and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -379,7 +373,7 @@ class LocalWorld(Observer):
         indices = [i for i in indices if self.watches[i].events]
         self._ask_flight_records([i for i in indices if i not in self.fr_asked])
         pending = set(indices)
-        deadline = time.monotonic() + ANSWER_GUARD
+        deadline = time.monotonic() + loop.ANSWER_GUARD
         while pending and time.monotonic() < deadline:
             pending = {i for i in pending if _mtime(self._path(i, "fr")) == self.fr_asked[i] and not self._job_over(i)}
             if pending:

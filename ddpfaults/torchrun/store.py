@@ -41,7 +41,6 @@ TICK = 0.05  # seconds between a rank's heartbeats, and between the judge's look
 DEAD_AFTER = 3.0  # a started rank whose heartbeat stops this long died (a stuck GIL can starve it ~1 s)
 DEAD_AFTER_TERM = 0.5  # ... once torchrun's agent is stopping the ranks (it only does when a rank exited)
 TERM_GRACE = loop.PEER_EXIT_GRACE  # after the agent's first SIGTERM, the judge waits this long for reports
-STACK_WAIT = 1.0  # seconds to wait for the ranks' answers to a stack dump request
 
 
 def rank_keys(rank: int) -> list[str]:
@@ -222,19 +221,29 @@ class StoreWorld(Observer):
         return StopReason.TERMINATED if term is not None and now - term >= TERM_GRACE else None
 
     def collect_stacks(self, indices: list[int]) -> None:
-        """Ask the given ranks (through the store) to dump their main thread's stack; wait for the answers."""
+        """Ask the given ranks (through the store) to dump their main thread's stack; wait for the answers.
+
+        A rank's watchdog answers on its next heartbeat: the wait ends once every rank asked has answered or died
+        (its heartbeat stopped, :meth:`StoreRankWatch.dead`), under :data:`~ddpfaults.judge.live.loop.ANSWER_GUARD`.
+        """
         indices = [i for i in indices if self.watches[i].events]
         asked = {i: self.store.add(f"stackreq/{i}", 1) for i in indices}
         for i in asked:
             self.watches[i].stack = None  # an answer that does not come in time leaves it unknown, never stale
-        deadline = time.monotonic() + STACK_WAIT
+        deadline = time.monotonic() + loop.ANSWER_GUARD
         while asked and time.monotonic() < deadline:
             time.sleep(TICK / 5)
-            answered = [
-                i
-                for i, n in zip(asked, self.store.multi_get([f"stackn/{i}" for i in asked]), strict=True)
-                if int(n) >= asked[i]
-            ]
+            keys = [k for i in asked for k in (f"stackn/{i}", f"hb/{i}")]
+            values = [int(v) for v in self.store.multi_get(keys)]
+            now, answered = time.monotonic(), []
+            for (i, n), served, hb in zip(list(asked.items()), values[::2], values[1::2], strict=True):
+                w = self.watches[i]
+                if hb != w.hb:
+                    w.hb, w.hb_seen = hb, now
+                if served >= n:
+                    answered.append(i)
+                elif self.dead(i, now):
+                    del asked[i]
             if answered:
                 for i, stack in zip(answered, self.store.multi_get([f"stack/{i}" for i in answered]), strict=True):
                     self.watches[i].stack = stack.decode(errors="replace")

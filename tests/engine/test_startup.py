@@ -15,8 +15,9 @@ import pytest
 
 import rankfns
 from ddpfaults import Outcome, run_script, run_world
-from ddpfaults.engine import launcher, pool
+from ddpfaults.engine import pool
 from ddpfaults.engine.launcher import LocalWorld
+from ddpfaults.judge.live import loop
 from ddpfaults.judge.live.watch import RankWatch
 from ddpfaults.proc.tree import runnable
 from ddpfaults.rank import forkserver
@@ -71,7 +72,7 @@ def test_a_failed_rank_still_exiting_counts_as_failing_now():
 def test_a_stack_dump_that_does_not_come_leaves_the_stack_unknown_not_stale(tmp_path, monkeypatch):
     # the process serves no stack request (it has no request thread): the dump never comes
     # fixed: the judge's guard on an answer, cut short: no answer comes however long it waits
-    monkeypatch.setattr(launcher, "ANSWER_GUARD", 0.5)
+    monkeypatch.setattr(loop, "ANSWER_GUARD", 0.5)
     # fixed: stands for "never returns": the test ends it (a signal, a kill, the judge) long before
     silent = "import time; print(1, flush=True); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", silent], stdout=subprocess.PIPE)

@@ -58,6 +58,11 @@ from ddpfaults.spec import RunSpec, StopReason
 
 POLL_MIN, POLL_MAX = 0.005, 0.05  # seconds between looks at the ranks: often while busy, less when quiet
 PEER_EXIT_GRACE = 2.0  # gloo needs ~1-1.5 s to tell peers that a rank exited ("Connection closed by peer")
+#: seconds a live rank gets to answer a request for its stack or flight record: a guard, not a measure. The wait
+#: ends as every rank asked has answered, exited, died or reported its end; only a rank that cannot answer (its request
+#: thread starved of the GIL by native code) costs it. A 1 s wait ran out under load and the verdict was then told
+#: from less evidence (the tracing instead of torch's record: another collective named, the same world).
+ANSWER_GUARD = 10.0
 _PROVE = True  # prove deadlocks from the record; off only in bench/bench_proof.py, to time the stall rule beside it
 
 
