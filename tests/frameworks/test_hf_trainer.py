@@ -27,13 +27,16 @@ from ddpfaults import Outcome, run_script
 from ddpfaults.engine import census
 from ddpfaults.faults import Preempt, RankKilled
 
-if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None:
-    pytest.skip("transformers or accelerate is not installed", allow_module_level=True)
+MISSING = importlib.util.find_spec("transformers") is None or importlib.util.find_spec("accelerate") is None
 
 # a third-party trainer's worlds: run apart (pyproject.toml); 4 ranks importing transformers on a loaded 2-core
-# machine outlast pytest-timeout's default
-# fixed: pytest-timeout's cap for 4 ranks importing transformers: a guard, no verdict depends on it
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# machine outlast pytest-timeout's default; a mark, not a module-level skip, so a run deselecting slow tests skips none
+pytestmark = [
+    pytest.mark.slow,
+    # fixed: pytest-timeout's cap for 4 ranks importing transformers: a guard, no verdict depends on it
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(MISSING, reason="transformers or accelerate is not installed"),
+]
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "support", "scripts", "hf_trainer.py")

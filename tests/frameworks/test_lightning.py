@@ -37,10 +37,12 @@ from ddpfaults import Outcome, RankState, run_script
 from ddpfaults.engine import census
 from ddpfaults.faults import EmptyBatch
 
-if importlib.util.find_spec("lightning") is None:  # optional: the rank processes import it, this module does not
-    pytest.skip("lightning is not installed", allow_module_level=True)  # (importing it costs every worker ~2 s)
-
-pytestmark = pytest.mark.slow  # a third-party trainer's worlds: run apart (pyproject.toml)
+# a third-party trainer's worlds: run apart (pyproject.toml); optional: the rank processes import it, this module does
+# not (importing it costs every worker ~2 s); a mark, not a module-level skip, so a run without slow tests skips none
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed"),
+]
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "support", "scripts", "lightning_train.py")
