@@ -1,6 +1,6 @@
 """Issue 51: the README's test command (``python -m pytest -n 3``) at this tree and at a base commit, in one run.
 
-Run:  python bench/bench_tests.py [--base b18b9bd] [--repeat 1] [--coverage]
+Run:  python bench/bench_tests.py [--base b18b9bd] [--repeat 1] [--coverage [--keep DIR]]
 The base commit (default: where issue 51's work began) and this tree's HEAD are each checked out into a temporary
 worktree and run with ``PYTHONPATH`` set to it (its ranks inherit it: they run its code), every run from a tree
 without bytecode caches, as on a fresh clone (the suite writes them as it goes). The two alternate (base, head, base,
@@ -43,8 +43,9 @@ data_file = {data}/.coverage
 """
 
 
-def covered(tree: str, scratch: str, name: str) -> tuple[float, str]:
-    """The README's test command in ``tree`` under coverage.py: (percent of ``tree/ddpfaults`` lines run, summary)."""
+def covered(tree: str, scratch: str, name: str, keep: str | None) -> tuple[float, str]:
+    """The README's test command in ``tree`` under coverage.py: (percent of ``tree/ddpfaults`` lines run, summary);
+    ``keep``: a folder to write coverage.py's JSON report into, as ``<name>.json``."""
     data = os.path.join(scratch, f"coverage-{name}")
     os.makedirs(data)
     rcfile = os.path.join(data, "coveragerc")
@@ -53,6 +54,9 @@ def covered(tree: str, scratch: str, name: str) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": tree, "COVERAGE_RCFILE": rcfile}
     _, summary = timed_pytest(["-n", "3", "-q", "-p", "no:cacheprovider"], tree, env, coverage=rcfile)
     subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", f"--rcfile={rcfile}"], cwd=tree, check=True)
+    if keep:
+        report = os.path.join(os.path.abspath(keep), f"{name}.json")
+        subprocess.run([sys.executable, "-m", "coverage", "json", "-q", "-o", report, f"--rcfile={rcfile}"], cwd=tree)
     done = subprocess.run(
         [sys.executable, "-m", "coverage", "report", "--format=total", "--precision=2", f"--rcfile={rcfile}"],
         cwd=tree,
@@ -77,6 +81,7 @@ def main() -> None:
     parser.add_argument("--base", default=BASE, help="the commit to compare against")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--coverage", action="store_true", help="line coverage of each tree instead of its time")
+    parser.add_argument("--keep", help="with --coverage: a folder for each tree's JSON report (base.json, head.json)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddpfaults-bench-base-") as scratch:
         base, head = os.path.join(scratch, "base"), os.path.join(scratch, "head")
@@ -86,7 +91,7 @@ def main() -> None:
             if args.coverage:
                 percents = {}
                 for name, tree in (("base", base), ("head", head)):
-                    percents[name], summary = covered(tree, scratch, name)
+                    percents[name], summary = covered(tree, scratch, name, args.keep)
                     print(f"{name}: {percents[name]:.2f}% of ddpfaults/ lines  {summary}", flush=True)
                 print(f"coverage: base {args.base[:7]} {percents['base']:.2f}%, head {percents['head']:.2f}%")
                 return
