@@ -50,6 +50,9 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    # the interpreter runs an audit hook untraced unless it has this attribute: with it, a tracer (coverage.py, a
+    # debugger, a profiler) sees the hook and its listeners (an armed checkpoint fault, the resume check) as any code
+    _hook.__cantrace__ = True
     sys.addaudithook(_hook)
     original = torch.save
 

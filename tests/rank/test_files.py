@@ -4,6 +4,7 @@ resolved path, mode and size; ddpfaults' own files and the interpreter's are not
 (a warm rank's next, or between jobs), nor of a process forked from it."""
 
 import os
+import sys
 from types import SimpleNamespace
 
 import numpy
@@ -121,3 +122,33 @@ def test_a_process_forked_from_the_rank_records_nothing(tmp_path):
         (tmp_path / "parent").write_text("the rank's")
 
     assert [os.path.basename(e["path"]) for e in _recorded(tmp_path, act)] == ["parent"]
+
+
+def test_a_tracer_sees_the_listeners_the_audit_hook_calls(tmp_path):
+    """The interpreter calls an audit hook with tracing off unless the hook says it may be traced: without that,
+    coverage.py (and a debugger, a profiler) never saw the code the hook runs (a checkpoint fault's reader, the resume
+    check's capture)."""
+    traced = []
+
+    def tracer(frame, event, arg):
+        if event == "call":
+            traced.append(frame.f_code.co_name)
+
+    def listener_of_the_job(event):
+        pass
+
+    job = tmp_path / "job"
+    job.mkdir()
+    ctx = SimpleNamespace(current_step=0)
+    running.activate(ctx)
+    files.begin(ctx, ignore=(str(job),))
+    files.listen(ctx, listener_of_the_job)
+    previous = sys.gettrace()  # coverage.py's, when it measures this run
+    sys.settrace(tracer)
+    try:
+        open(tmp_path / "a.bin", "wb").close()
+    finally:
+        sys.settrace(previous)
+        files.unlisten(ctx, listener_of_the_job)
+        running.activate(None)
+    assert "_hook" in traced and "listener_of_the_job" in traced, traced
