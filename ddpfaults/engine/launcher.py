@@ -343,22 +343,19 @@ class LocalWorld(Observer):
             sizes[i] = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
             with open(jobfiles.request(w.stack_path), "w") as f:  # the rank's request thread dumps, holding the GIL
                 f.write(str(time.monotonic()))
-        deadline = time.monotonic() + loop.ANSWER_GUARD
-        pending, seen = set(indices), {}
-        while pending and time.monotonic() < deadline:
-            time.sleep(0.01)
-            for i in list(pending):
-                if self._job_over(i):
-                    pending.discard(i)
-                    continue
-                w = self.watches[i]
-                size = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
-                if size > sizes[i] and seen.get(i) == size:  # written, and unchanged for one poll
-                    with open(w.stack_path) as f:
-                        f.seek(sizes[i])
-                        w.stack = main_thread(f.read(), w.main_ident)
-                    pending.discard(i)
-                seen[i] = size
+        seen: dict = {}
+
+        def answered(i: int) -> bool:  # its dump written, and unchanged for one poll
+            w = self.watches[i]
+            size = os.path.getsize(w.stack_path) if os.path.exists(w.stack_path) else 0
+            done, seen[i] = size > sizes[i] and seen.get(i) == size, size
+            if done:
+                with open(w.stack_path) as f:
+                    f.seek(sizes[i])
+                    w.stack = main_thread(f.read(), w.main_ident)
+            return done
+
+        self._await_answers(indices, answered)
 
     def _ask_flight_records(self, indices: list[int]) -> None:
         """Ask the given ranks for a flight-recorder dump (a request file their recorder thread polls)."""
@@ -372,12 +369,16 @@ class LocalWorld(Observer):
         """Wait for the dumps of the given live ranks (asked with their stacks, or now)."""
         indices = [i for i in indices if self.watches[i].events]
         self._ask_flight_records([i for i in indices if i not in self.fr_asked])
+        self._await_answers(indices, lambda i: _mtime(self._path(i, "fr")) != self.fr_asked[i])
+
+    def _await_answers(self, indices: list[int], answered) -> None:
+        """Poll until each of ``indices`` has ``answered(i)`` or its job is over, under
+        :data:`~ddpfaults.judge.live.loop.ANSWER_GUARD`."""
         pending = set(indices)
         deadline = time.monotonic() + loop.ANSWER_GUARD
         while pending and time.monotonic() < deadline:
-            pending = {i for i in pending if _mtime(self._path(i, "fr")) == self.fr_asked[i] and not self._job_over(i)}
-            if pending:
-                time.sleep(0.005)
+            time.sleep(0.005)
+            pending = {i for i in pending if not self._job_over(i) and not answered(i)}
 
     def _job_over(self, i: int) -> bool:
         """Rank ``i`` exited or reported its job's end: its request thread has stopped, and no dump will come."""
