@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from cli import ddpfaults_cli
+from ddpfaults.report.document import write_document
 from ddpfaults.scenario import builtin_dir, discover
 from ddpfaults.spec import RunSpec
 from processes import EVENT_GUARD
@@ -133,7 +134,7 @@ RACY_EVIDENCE = {"rank0_only[naive_ddp_forward]"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_builtin_case_matches_its_expectation(case, monkeypatch):
+def test_builtin_case_matches_its_expectation(case, monkeypatch, tmp_path):
     """The case meets its expectation. A function case (its DDP built by ctx.ddp) that is expected to fail is run
     again with plain DistributedDataParallel (DDPFAULTS_TRACE_DDP=0: no tracing hook) and has the same verdict,
     root-cause rank and first divergent collective: here, in the same test, so no xdist worker runs the traced
@@ -151,11 +152,10 @@ def test_builtin_case_matches_its_expectation(case, monkeypatch):
         monkeypatch.setenv("DDPFAULTS_TRACE_DDP", "0")
         plain = case.run(RunSpec())
         compared = 2 if case.id in RACY_EVIDENCE else 3  # outcome, root rank[, the divergence as told]
-        assert _signature(plain)[:compared] == _signature(result)[:compared], (
-            "plain DDP",
-            plain.report(),
-            result.report(),
-        )
+        if _signature(plain)[:compared] != _signature(result)[:compared]:
+            # both worlds whole (each rank's collectives, their steps and source, events, records), for the diagnosis
+            evidence = write_document(tmp_path / "worlds.json", [result, plain])
+            pytest.fail(f"plain DDP told it otherwise (both worlds: {evidence})\n{plain.report()}\n\n{result.report()}")
 
 
 def _traced_a_bucket(result) -> bool:
