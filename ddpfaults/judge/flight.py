@@ -141,12 +141,21 @@ def _note(maker: str, group: tuple) -> str:
     return "; ".join(notes)
 
 
+def op_number(entry: dict) -> int | None:
+    """The entry's number in its group's count of every op it issued (``op_id``: sends and receives too), the count
+    the group's ``pg_status`` (``last_enqueued_collective``, ``last_completed_collective``) and a step event's
+    ``pg_seq`` keep; ``collective_seq_id`` (collectives only) where the dump has no ``op_id`` (older torch). The two
+    part after the group's first send or receive (measured on gloo, torch 2.13)."""
+    number = entry.get("op_id", entry.get("collective_seq_id"))
+    return int(number) if number is not None else None
+
+
 def _completed(entry: dict, last_completed: int) -> bool:
     """True if the entry's collective completed. The group's ``last_completed`` is the last one to finish, not
     the highest: gloo runs a group's work on two threads, so a small all_reduce issued after a big one can finish
     first and leave ``last_completed`` behind it. Gloo retires an entry when its work finishes (``retired``);
     other backends (NCCL) also retire one that timed out, so there ``retired`` counts only with a completion."""
-    if entry.get("collective_seq_id", 0) <= last_completed:
+    if (op_number(entry) or 0) <= last_completed:
         return True
     finished = str(entry.get("profiling_name", "")).startswith("gloo:") or entry.get("time_discovered_completed_ns")
     return bool(entry.get("retired")) and bool(finished)
@@ -157,10 +166,10 @@ def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float]
     events carry one (``seqs``: theirs, exact), else by time. The recorder stamps entries with torch's approximate
     clock, which can place a collective made just after a step event before it (seen: rank 0's step-1 all_reduce
     read as step 0)."""
-    seq = entry.get("collective_seq_id")
+    seq = op_number(entry)
     group = entry.get("process_group") or ("0", "default_pg")
     if seq is not None and str(group[0]) == "0" and seqs:
-        at = bisect.bisect_left(seqs, int(seq)) - 1  # the last step begun before it was issued
+        at = bisect.bisect_left(seqs, seq) - 1  # the last step begun before it was issued
     else:
         at = bisect.bisect_right(times, created) - 1
     return steps[at][1] if at >= 0 else None
@@ -170,11 +179,11 @@ def _batch_of(entry: dict, batches: list[tuple], seqs: list[int] | None) -> int 
     """The rank's last DataLoader batch drawn before it made ``entry``, by the default group's sequence number
     (``seqs``: the batch events', None when any carries none; None: no batch drawn before it, or no sequence
     numbers, or another group made it)."""
-    seq = entry.get("collective_seq_id")
+    seq = op_number(entry)
     group = entry.get("process_group") or ("0", "default_pg")
     if seq is None or str(group[0]) != "0" or not seqs:
         return None
-    at = bisect.bisect_left(seqs, int(seq)) - 1
+    at = bisect.bisect_left(seqs, seq) - 1
     return batches[at][0] if at >= 0 else None
 
 

@@ -57,9 +57,10 @@ _first_default = None  # the default group whose status is under _FIRST_GROUP_KE
 
 
 def default_group_seq() -> int | None:
-    """How many collectives the default process group has issued so far, as torch's flight recorder numbers them
-    (its entries' ``collective_seq_id``, gloo's collective tags): sends and receives are not counted, so the number
-    is the same on every rank that issued the same collectives. None without a gloo default group, with the flight
+    """How many ops the default process group has issued so far, as torch's flight recorder numbers them (its
+    entries' ``op_id``, :func:`ddpfaults.judge.flight.op_number`): sends and receives count too (gloo, torch 2.13:
+    an all_reduce, two sends, an all_reduce end at 4), so ranks that made different numbers of sends and receives
+    number one collective differently. None without a gloo default group, with the flight
     recorder off (``TORCH_FR_BUFFER_SIZE=0``), or once the default group was made again (its status is under another
     key). A step event carries it, so the judge places each recorded collective in its step by order, not by the
     recorder's approximate clock; enter, finished and failed events carry it for the judge's deadlock proof."""

@@ -16,6 +16,10 @@ from ddpfaults.scenario import discover
 from ddpfaults.spec import RunSpec
 from processes import WORLD_GUARD
 
+#: an EmptyBatch (a data-only fault: the case may run on a warm world) skips rank 1's gradient bucket at step 1; found
+#: at collection, so that the scenario's folder is on sys.path before any fork server starts
+LOCAL_COUNTER_HANG = next(c for c in discover() if c.id == "grad_accumulation[local_counter_hang]")
+
 
 @pytest.mark.parametrize("wrap", ["plain", "ctx"])
 def test_skipped_ddp_bucket_names_the_rank_that_skipped_it(wrap):
@@ -123,3 +127,20 @@ def test_a_crash_shows_the_survivors_stacks_when_the_failure_was_seen():
     _, sections = report_parts(result)
     titles = [title for title, _ in sections if title.endswith("stack (when a failure was first seen)")]
     assert titles and all("1" not in title.split(" stack")[0] for title in titles), titles
+
+
+def test_a_warm_world_whose_ranks_sent_and_received_unevenly_before_places_collectives_in_their_steps():
+    """torch counts sends and receives in a group's ``op_id`` (what a step event's ``pg_seq`` and the group's status
+    keep) but not in ``collective_seq_id``: a warm world whose rank 0 sent more than its peers received in an earlier
+    job once placed every recorded collective of the next job in no step (their ids fell below every step's), so the
+    judge told a skipped gradient bucket as a missing last one, and could not confirm its proof from the record (seen
+    under load in the suite, where such a job ran first on the worker)."""
+    sends = run_world(rankfns.rank0_sends_to_each_peer, world_size=4)
+    assert sends.outcome == Outcome.COMPLETED, sends.report()
+    result = LOCAL_COUNTER_HANG.run(RunSpec())
+    assert result.warm, "the hang must run on the world the sends ran on"
+    starts = [next(e["pg_seq"] for e in r.events if e["k"] == "start") for r in result.ranks]
+    assert starts[0] > starts[1] == starts[2] == starts[3], starts  # rank 0 counted its extra sends
+    assert "deadlock proved" in result.reason, result.report()
+    assert result.divergence.describe().startswith("collective #4:"), result.report()
+    assert [c.step for c in result.ranks[0].collectives][3:] == [1, 2, 2, 3], result.report()

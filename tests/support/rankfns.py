@@ -411,3 +411,17 @@ def frozen_objects(ctx):
     import gc
 
     return gc.get_freeze_count()
+
+
+def rank0_sends_to_each_peer(ctx, rounds=3):
+    """Rank 0 sends each peer a tensor ``rounds`` times, every peer receives its own: rank 0 makes more point-to-point
+    ops than any peer (3 peers: 9 sends against 3 receives each), then one all_reduce ends the job."""
+    t = torch.ones(2)
+    for _ in range(rounds):
+        if dist.get_rank() == 0:
+            for peer in range(1, dist.get_world_size()):
+                dist.send(t, peer)
+        else:
+            dist.recv(t, 0)
+    dist.all_reduce(t)
+    return t.tolist()
