@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ddpfaults.events import group_label
-from ddpfaults.judge.flight import group_identities, op_number
+from ddpfaults.judge.flight import group_identities
 from ddpfaults.judge.results import format_ranks
 
 #: a torch.distributed function, or a flight-recorder entry's name (after ``gloo:``), -> the gloo slot family it uses
@@ -363,9 +363,9 @@ def records(dump: dict | None, *, every_group: bool = True) -> dict[str | None, 
         issued = (status.get(str(pg_id)) or {}).get("last_enqueued_collective")
         ops, threads, backward, walls = {}, {}, set(), {}
         for entry in dump.get("entries") or []:
-            number = op_number(entry)
-            if entry.get("pg_id") != pg_id or entry.get("is_p2p") or number is None:
+            if entry.get("pg_id") != pg_id or entry.get("is_p2p") or entry.get("collective_seq_id") is None:
                 continue
+            number = int(entry["collective_seq_id"])
             members, desc = (None, None) if key is None else _member_of(identities, key)
             name = family(str(entry.get("profiling_name", "")))
             ops[number] = Op(number, name, group=key, members=members, desc=desc)
