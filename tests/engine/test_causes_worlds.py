@@ -221,12 +221,17 @@ def test_the_rank_outside_a_block_every_other_rank_runs_is_named(form, world_siz
 CROSS_STEP = os.path.join(SCRIPTS, "cross_step_train.py")
 
 
+@pytest.mark.parametrize("sends", [0, 3])
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size):
+def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_finding(world_size, sends):
     """Rank 1 skips its gradient all_reduce at step 3 and makes one more at the end: every rank makes as many
-    same-size ones and the world completes, each step from 3 to 6 averaged with the next step's."""
-    script = run_script(CROSS_STEP, ["--skip-rank", "1"], world_size=world_size, timeout=WORLD_GUARD)
-    function = run_world(skips_then_makes_up, world_size=world_size, timeout=WORLD_GUARD)
+    same-size ones and the world completes, each step from 3 to 6 averaged with the next step's. ``sends``: first,
+    rank 0 sends each peer 3 tensors through ``batch_isend_irecv`` (torch counts them in the ops' ``op_id``, the
+    steps' count, not in ``collective_seq_id``: numbered by that, 2 ranks found 1 step paired wrong, 4 ranks none)."""
+    script = run_script(
+        CROSS_STEP, ["--skip-rank", "1", "--sends", str(sends)], world_size=world_size, timeout=WORLD_GUARD
+    )
+    function = run_world(skips_then_makes_up, world_size=world_size, kwargs={"sends": sends}, timeout=WORLD_GUARD)
     for result in (script, function):
         assert result.outcome == Outcome.COMPLETED and result.root_cause == "no failure", result.report()
         desync = result.desync
@@ -234,7 +239,8 @@ def test_a_skipped_reduction_paired_across_steps_in_a_world_that_completes_is_a_
         assert desync.at == tuple((r, 4 if r == 1 else 3) for r in range(world_size))
         assert desync.describe() in result.report()
         assert WorldResult.from_dict(result.to_dict()).desync == desync
-    assert run_script(CROSS_STEP, world_size=world_size, timeout=WORLD_GUARD).desync is None
+    if not sends:
+        assert run_script(CROSS_STEP, world_size=world_size, timeout=WORLD_GUARD).desync is None
 
 
 PLAIN_TRAIN = os.path.join(SCRIPTS, "plain_train.py")

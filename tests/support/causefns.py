@@ -69,10 +69,12 @@ def rank0_only(ctx, what="barrier", at=2, steps=5):
                 dist.barrier()
 
 
-def skips_then_makes_up(ctx, steps=8, rank=1, skip=3):
+def skips_then_makes_up(ctx, steps=8, rank=1, skip=3, sends=0):
     """An all_reduce of a gradient-sized tensor every step; ``rank`` skips it at step ``skip`` and makes two at the
     last step: every rank makes as many, same-size ones, and the world completes, each step from ``skip`` on
-    reduced against another step's."""
+    reduced against another step's. ``sends``: first, rank 0 sends each peer that many tensors
+    (:func:`uneven_sends`)."""
+    uneven_sends(sends)
     for step in range(steps):
         ctx.step(step)
         if not (ctx.rank == rank and step == skip):
@@ -80,6 +82,21 @@ def skips_then_makes_up(ctx, steps=8, rank=1, skip=3):
         if ctx.rank == rank and step == steps - 1:
             dist.all_reduce(torch.full((36,), float(step)))
     dist.barrier()
+
+
+def uneven_sends(count: int) -> None:
+    """Rank 0 sends each peer ``count`` tensors through ``batch_isend_irecv``, each peer receives its own: rank 0
+    makes more point-to-point ops than any peer (torch counts them in the group's ``op_id``)."""
+    if not count:
+        return
+    rank, size = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(2)
+    if rank == 0:
+        ops = [dist.P2POp(dist.isend, t, peer) for peer in range(1, size) for _ in range(count)]
+    else:
+        ops = [dist.P2POp(dist.irecv, torch.empty(2), 0) for _ in range(count)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
 
 
 def reduce_through_a_library(ctx, steps=3, alone=None):
