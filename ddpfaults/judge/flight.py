@@ -150,6 +150,13 @@ def op_number(entry: dict) -> int | None:
     return int(number) if number is not None else None
 
 
+def _default_group_op(entry: dict) -> int | None:
+    """:func:`op_number` of an entry of the default group (the count a step or batch event's ``pg_seq`` keeps), else
+    None."""
+    group = entry.get("process_group") or ("0", "default_pg")
+    return op_number(entry) if str(group[0]) == "0" else None
+
+
 def _completed(entry: dict, last_completed: int) -> bool:
     """True if the entry's collective completed. The group's ``last_completed`` is the last one to finish, not
     the highest: gloo runs a group's work on two threads, so a small all_reduce issued after a big one can finish
@@ -166,9 +173,8 @@ def _step_of(entry: dict, created: float, steps: list[tuple], times: list[float]
     events carry one (``seqs``: theirs, exact), else by time. The recorder stamps entries with torch's approximate
     clock, which can place a collective made just after a step event before it (seen: rank 0's step-1 all_reduce
     read as step 0)."""
-    seq = op_number(entry)
-    group = entry.get("process_group") or ("0", "default_pg")
-    if seq is not None and str(group[0]) == "0" and seqs:
+    seq = _default_group_op(entry)
+    if seq is not None and seqs:
         at = bisect.bisect_left(seqs, seq) - 1  # the last step begun before it was issued
     else:
         at = bisect.bisect_right(times, created) - 1
@@ -179,9 +185,8 @@ def _batch_of(entry: dict, batches: list[tuple], seqs: list[int] | None) -> int 
     """The rank's last DataLoader batch drawn before it made ``entry``, by the default group's sequence number
     (``seqs``: the batch events', None when any carries none; None: no batch drawn before it, or no sequence
     numbers, or another group made it)."""
-    seq = op_number(entry)
-    group = entry.get("process_group") or ("0", "default_pg")
-    if seq is None or str(group[0]) != "0" or not seqs:
+    seq = _default_group_op(entry)
+    if seq is None or not seqs:
         return None
     at = bisect.bisect_left(seqs, seq) - 1
     return batches[at][0] if at >= 0 else None
